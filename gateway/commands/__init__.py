@@ -1,0 +1,1 @@
+"""One module per `specgate` subcommand (see gateway/cli.py)."""
