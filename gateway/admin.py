@@ -1,0 +1,88 @@
+"""Admin API: bearer token required; disabled (403) when no token is set."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway.endpoints import ProxyEndpoints, read_body
+from gateway.errors import Forbidden, InvalidRequest, NotFound
+from gateway.features import parse_json_body
+from gateway.flags import FlagStore, Mode
+from gateway.policy import PolicyError
+from gateway.reload import PolicyReloader
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class AdminAPI:
+    def __init__(self, token: str | None, proxy: ProxyEndpoints, flags: FlagStore,
+                 reloader: PolicyReloader) -> None:
+        self._token = token.encode() if token else None
+        self.proxy = proxy
+        self.flags = flags
+        self.reloader = reloader
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/admin/explain", self._guarded(self.explain), methods=["POST"]),
+            Route("/admin/flags", self._guarded(self.get_flags), methods=["GET"]),
+            Route("/admin/flags/{pool}", self._guarded(self.put_flag), methods=["PUT"]),
+            Route("/admin/policy", self._guarded(self.get_policy), methods=["GET"]),
+            Route("/admin/policy/reload", self._guarded(self.reload), methods=["POST"]),
+        ]
+
+    def _guarded(self, handler: Handler) -> Handler:
+        async def guarded(request: Request) -> Response:
+            self._authorize(request)
+            return await handler(request)
+        return guarded
+
+    def _authorize(self, request: Request) -> None:
+        if self._token is None:
+            raise Forbidden("the admin API is disabled: set SPECGATE_ADMIN_TOKEN to enable it")
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
+            raise Forbidden("admin token missing or wrong (Authorization: Bearer <token>)")
+
+    async def explain(self, request: Request) -> Response:
+        body = parse_json_body(await read_body(request, self.proxy.settings.max_body_bytes))
+        path = request.query_params.get("endpoint", "chat")
+        endpoint = "completions" if path in ("completions", "/v1/completions") else "chat"
+        if endpoint == "chat" and "messages" not in body and "prompt" in body:
+            endpoint = "completions"
+        routed = self.proxy.route(body, endpoint, request.headers)
+        return JSONResponse(routed.decision.to_json(routed.features, self.flags.snapshot()))
+
+    async def get_flags(self, request: Request) -> Response:
+        return JSONResponse({name: flag.to_json() for name, flag in self.flags.snapshot().items()})
+
+    async def put_flag(self, request: Request) -> Response:
+        pool = request.path_params["pool"]
+        if pool not in self.flags.snapshot():
+            raise NotFound(f"unknown pool '{pool}'")
+        body = parse_json_body(await read_body(request, 4096))
+        try:
+            mode = Mode(body.get("mode"))
+        except ValueError:
+            raise InvalidRequest("'mode' must be one of auto, force_on, force_off", param="mode") from None
+        flag = self.flags.set_mode(pool, mode, reason=f"admin:{mode.value}")
+        return JSONResponse({pool: flag.to_json()})
+
+    async def get_policy(self, request: Request) -> Response:
+        policy = self.proxy.runtime.policy
+        return JSONResponse({"source": policy.source, "policy": policy.spec.model_dump(mode="json"),
+                             "last_reload_error": self.reloader.last_error})
+
+    async def reload(self, request: Request) -> Response:
+        try:
+            policy = self.reloader.reload()
+        except PolicyError as exc:
+            raise InvalidRequest(f"policy rejected, the previous one keeps serving: {exc}",
+                                 code="policy_invalid") from None
+        return JSONResponse({"status": "applied", "source": policy.source,
+                             "pools": list(policy.pools), "rules": [r.name for r in policy.rules]})

@@ -1,0 +1,188 @@
+"""`create_app(settings)`: the only place where the gateway's parts are wired."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator
+
+import httpx
+import structlog
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.admin import AdminAPI
+from gateway.endpoints import ProxyEndpoints, request_id
+from gateway.errors import GatewayError, InvalidRequest, NotFound, error_body
+from gateway.flags import FlagStore, PoolFlag
+from gateway.metrics import GatewayMetrics
+from gateway.policy import Policy, load_policy
+from gateway.pools import Endpoint, HealthMonitor, Pool
+from gateway.reload import PolicyReloader
+from gateway.runtime import Runtime
+from gateway.settings import Settings
+
+
+class RequestIdMiddleware:
+    """Give every request an id before anything can fail (accepted or generated)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope.setdefault("state", {})["request_id"] = request_id(Request(scope))
+        await self.app(scope, receive, send)
+
+
+def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
+    policy = policy or load_policy(settings.policy)
+    metrics = GatewayMetrics()
+    runtime = Runtime(policy)
+    flags = FlagStore(speculative_pools(policy))
+    proxy = ProxyEndpoints(settings, runtime, flags, metrics)
+    log = structlog.get_logger("specgate")
+    health = HealthMonitor(httpx.AsyncClient(trust_env=False))
+
+    def apply(new_policy: Policy) -> None:
+        runtime.apply(new_policy)
+        flags.sync_pools(speculative_pools(new_policy))
+        _watch_pools(runtime, metrics, health)
+
+    reloader = PolicyReloader(settings.policy, apply, metrics)
+    admin = AdminAPI(settings.admin_token, proxy, flags, reloader)
+
+    def record_flag(pool: str, before: PoolFlag, after: PoolFlag) -> None:
+        metrics.speculative_enabled.labels(pool).set(int(after.routable))
+        if before.routable != after.routable:
+            metrics.flag_flips.labels(pool, after.reason.split(":")[0]).inc()
+        log.info("flag_changed", pool=pool, mode=after.mode.value, enabled=after.routable,
+                 reason=after.reason)
+
+    flags.add_listener(record_flag)
+    for name, flag in flags.snapshot().items():
+        metrics.speculative_enabled.labels(name).set(int(flag.routable))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        _watch_pools(runtime, metrics, health)
+        tasks = [asyncio.create_task(reloader.watch(settings.policy_watch_interval_s))]
+        with _signal(signal.SIGHUP, reloader.reload_quietly):
+            try:
+                yield
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await health.stop()
+                await health.client.aclose()
+                await runtime.aclose()
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        available = [name for name, pool in runtime.pools.items() if pool.has_available()]
+        status = 200 if available else 503
+        return JSONResponse({"ready": bool(available), "pools_available": available,
+                             "policy": runtime.policy.source}, status_code=status)
+
+    async def metrics_endpoint(request: Request) -> Response:
+        return Response(metrics.exposition(), media_type=metrics.content_type)
+
+    routes = [
+        Route("/v1/chat/completions", proxy.chat, methods=["POST"]),
+        Route("/v1/completions", proxy.completions, methods=["POST"]),
+        Route("/v1/models", proxy.models, methods=["GET"]),
+        Route("/v1/{rest:path}", proxy.passthrough, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        *admin.routes(),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={GatewayError: _gateway_error, HTTPException: _http_error,
+                            Exception: _unexpected_error},
+    )
+    app.add_middleware(RequestIdMiddleware)
+    app.state.settings = settings
+    app.state.runtime = runtime
+    app.state.flags = flags
+    app.state.metrics = metrics
+    app.state.proxy = proxy
+    app.state.reloader = reloader
+    return app
+
+
+def speculative_pools(policy: Policy) -> list[str]:
+    return [name for name, pool in policy.pools.items() if pool.kind == "speculative"]
+
+
+def _watch_pools(runtime: Runtime, metrics: GatewayMetrics, health: HealthMonitor) -> None:
+    def record(pool: Pool) -> None:
+        for endpoint in pool.endpoints:
+            metrics.endpoint_healthy.labels(pool.name, endpoint.url).set(_up(endpoint))
+
+    for pool in runtime.pools.values():
+        pool.on_health_change = lambda endpoint, pool=pool: record(pool)
+        record(pool)
+    with contextlib.suppress(RuntimeError):  # before start-up the lifespan calls this again
+        health.watch(runtime.pools.values())
+
+
+def _up(endpoint: Endpoint) -> int:
+    return int(endpoint.healthy and not endpoint.ejected())
+
+
+@contextlib.contextmanager
+def _signal(signum: int, handler: object) -> object:
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signum, handler)
+    except (RuntimeError, ValueError, NotImplementedError):  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signum)
+
+
+def _with_request_id(request: Request, response: Response) -> Response:
+    rid = getattr(request.state, "request_id", None)
+    if rid:
+        response.headers["x-request-id"] = rid
+    return response
+
+
+async def _gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    return _with_request_id(request, exc.response())
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        error: GatewayError = NotFound(f"no route for {request.method} {request.url.path}")
+    elif exc.status_code == 405:
+        error = InvalidRequest(f"method {request.method} is not allowed on {request.url.path}",
+                               code="method_not_allowed")
+        error.status_code = 405
+    else:
+        error = InvalidRequest(str(exc.detail))
+        error.status_code = exc.status_code
+    return _with_request_id(request, error.response(dict(exc.headers or {})))
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> Response:
+    structlog.get_logger("specgate").error("unhandled_error", error=type(exc).__name__,
+                                           path=request.url.path)
+    body = error_body("internal gateway error", "internal_error")
+    return _with_request_id(request, JSONResponse(body, status_code=500))

@@ -1,0 +1,193 @@
+"""The OpenAI-facing routes: parse -> classify -> route -> pick -> proxy -> record."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import structlog
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp
+
+from gateway.errors import GatewayError, InvalidRequest, NoHealthyBackend, NotFound, PayloadTooLarge
+from gateway.features import Features, extract_features, parse_json_body
+from gateway.flags import FlagStore
+from gateway.metrics import GatewayMetrics
+from gateway.pools import Pool
+from gateway.proxy import Forwarder, Opened, RelayBody, RelayStream, request_headers
+from gateway.routing import Decision, decide
+from gateway.runtime import Runtime
+from gateway.settings import Settings
+
+REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+SSE = "text/event-stream"
+
+
+def request_id(request: Request) -> str:
+    given = request.headers.get("x-request-id", "")
+    return given if REQUEST_ID.match(given) else uuid.uuid4().hex
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body is over the {limit} byte limit")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise PayloadTooLarge(f"request body is over the {limit} byte limit")
+    return bytes(body)
+
+
+@dataclass
+class Routed:
+    features: Features
+    decision: Decision
+    body: dict[str, Any]
+
+
+class ProxyEndpoints:
+    def __init__(self, settings: Settings, runtime: Runtime, flags: FlagStore,
+                 metrics: GatewayMetrics, rng: random.Random | None = None) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.flags = flags
+        self.metrics = metrics
+        self.rng = rng or random.Random()
+        self.log = structlog.get_logger("specgate.request")
+        self.forwarder = Forwarder(runtime.client_for, runtime.budget_for,
+                                   on_error=self._count_error, on_retry=self._count_retry)
+
+    def route(self, body: Mapping[str, Any], endpoint: str, headers: Mapping[str, str]) -> Routed:
+        """The decision for a parsed body, without sending anything anywhere."""
+        policy = self.runtime.policy
+        overrides = policy.spec.overrides
+        domain = headers.get("x-specgate-domain") if overrides.domain_header else None
+        route = headers.get("x-specgate-route") if overrides.route_header else None
+        if route is not None and route not in policy.pools:
+            raise InvalidRequest(f"x-specgate-route names unknown pool '{route}'", param="x-specgate-route")
+        features = extract_features(body, endpoint, policy.defaults, policy.classifier,
+                                    self.runtime.load(), domain_override=domain, route_override=route)
+        decision = decide(features, policy, self.flags.snapshot(), self.rng.random())
+        return Routed(features, decision, dict(body))
+
+    async def chat(self, request: Request) -> ASGIApp:
+        return await self._generate(request, "chat", "/v1/chat/completions")
+
+    async def completions(self, request: Request) -> ASGIApp:
+        return await self._generate(request, "completions", "/v1/completions")
+
+    async def _generate(self, request: Request, endpoint: str, path: str) -> ASGIApp:
+        started = time.perf_counter()
+        rid = request.state.request_id
+        raw = await read_body(request, self.settings.max_body_bytes)
+        routed = self.route(parse_json_body(raw), endpoint, request.headers)
+        pool, degraded = self._pool_for(routed.decision.pool)
+        body = routed.body
+        if pool.spec.model and body.get("model") != pool.spec.model:
+            body["model"] = pool.spec.model
+            raw = json.dumps(body, separators=(",", ":")).encode()
+        stream = routed.features.stream
+        timeouts = pool.spec.timeouts
+        decision = routed.decision
+        self.metrics.overhead.observe(time.perf_counter() - started)
+        opened = await self.forwarder.open(
+            pool, path, self._upstream_headers(request, pool, rid), raw,
+            header_timeout_s=timeouts.first_byte_s if stream else timeouts.total_s, degraded=degraded)
+        return self._relay(opened, pool, decision.rule, rid, started)
+
+    async def passthrough(self, request: Request) -> ASGIApp:
+        """Any other /v1/* path goes to the policy's default pool as it is."""
+        started = time.perf_counter()
+        rid = request.state.request_id
+        raw = await read_body(request, self.settings.max_body_bytes)
+        pool, degraded = self._pool_for(self.runtime.policy.default_pool)
+        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        opened = await self.forwarder.open(
+            pool, path, self._upstream_headers(request, pool, rid), raw, method=request.method,
+            header_timeout_s=pool.spec.timeouts.total_s, degraded=degraded)
+        return self._relay(opened, pool, "passthrough", rid, started)
+
+    async def models(self, request: Request) -> Response:
+        """The union of the models the pools' backends serve."""
+        seen: dict[str, dict[str, Any]] = {}
+        for pool in self.runtime.pools.values():
+            for model in await self._pool_models(pool):
+                seen.setdefault(model["id"], model)
+        if not seen:
+            raise NoHealthyBackend("no backend answered /v1/models")
+        return JSONResponse({"object": "list", "data": list(seen.values())})
+
+    async def _pool_models(self, pool: Pool) -> list[dict[str, Any]]:
+        client = self.runtime.client_for(pool)
+        for endpoint in pool.endpoints:
+            try:
+                response = await client.get(endpoint.url + "/v1/models", timeout=pool.spec.timeouts.connect_s)
+                data = response.json().get("data", []) if response.status_code == 200 else []
+                return [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+            except (httpx.HTTPError, ValueError, AttributeError):
+                continue
+        return []
+
+    def _pool_for(self, name: str) -> tuple[Pool, bool]:
+        """The pool to send to: `name`, or its fallback chain while it has no endpoint
+        available; when no pool in the chain has one, `name` in degraded mode."""
+        pools = self.runtime.pools
+        current: str | None = name
+        seen: set[str] = set()
+        while current is not None and current not in seen:
+            pool = pools[current]
+            if pool.has_available():
+                return pool, False
+            seen.add(current)
+            current = pool.spec.fallback
+        return pools[name], True
+
+    def _upstream_headers(self, request: Request, pool: Pool, rid: str) -> list[tuple[str, str]]:
+        extra = {"x-request-id": rid}
+        key = pool.spec.upstream_api_key()
+        if key is not None:
+            extra["authorization"] = f"Bearer {key}"
+        return request_headers(request.headers.items(), extra)
+
+    def _relay(self, opened: Opened, pool: Pool, rule: str, rid: str, started: float) -> ASGIApp:
+        extra = {"x-specgate-pool": pool.name, "x-specgate-rule": rule, "x-request-id": rid}
+        endpoint = opened.lease.endpoint.url
+        self.metrics.in_flight.labels(pool.name).inc()
+        self.metrics.ttfb.labels(pool.name).observe(opened.ttfb_s)
+
+        def finish(status: int, ok: bool) -> None:
+            opened.lease.release(ok or status < 500)
+            duration = time.perf_counter() - started
+            self.metrics.in_flight.labels(pool.name).dec()
+            self.metrics.requests.labels(pool.name, rule, str(status)).inc()
+            self.metrics.duration.labels(pool.name).observe(duration)
+            if not ok and status >= 500:
+                self._count_error(pool, "stream_cut")
+            self.log.info("request", request_id=rid, pool=pool.name, rule=rule, endpoint=endpoint,
+                          status=status, ttfb=round(opened.ttfb_s, 6), duration=round(duration, 6))
+
+        timeouts = pool.spec.timeouts
+        if opened.response.headers.get("content-type", "").startswith(SSE):
+            return RelayStream(opened, extra, timeouts.total_s, finish,
+                               keepalive_s=self.settings.keepalive_s, first_chunk_s=timeouts.first_byte_s)
+        return RelayBody(opened, extra, timeouts.total_s, finish)
+
+    def _count_error(self, pool: Pool, kind: str) -> None:
+        self.metrics.upstream_errors.labels(pool.name, kind).inc()
+
+    def _count_retry(self, pool: Pool) -> None:
+        self.metrics.retries.labels(pool.name).inc()
+
+
+def not_found(request: Request) -> GatewayError:
+    return NotFound(f"no route for {request.method} {request.url.path}")

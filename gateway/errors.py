@@ -1,0 +1,99 @@
+"""Errors the gateway answers, each rendered once as an OpenAI error envelope.
+
+    GatewayError                      -> {"error": {"message", "type", "param", "code"}}
+    ├── InvalidRequest        400     malformed JSON, wrong types (names the field)
+    ├── Unauthorized          401     missing or unknown client API key
+    ├── Forbidden             403     admin API disabled or wrong token
+    ├── NotFound              404     unknown path, unknown pool
+    ├── PayloadTooLarge       413     body over max_body_bytes
+    ├── NoHealthyBackend      503     nothing to send the request to (Retry-After)
+    └── UpstreamError                 the backend failed before the first byte
+        ├── UpstreamUnreachable   502 connect errors or bad statuses after retries
+        └── UpstreamTimeout       504 no first byte within the pool's timeout
+
+Lower layers (httpx, pydantic, json) are translated into these at the
+boundary where they are caught, once; nothing else builds an error body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+
+class GatewayError(Exception):
+    status_code = 500
+    error_type = "internal_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.error_type, self.param, self.code)
+
+    def response(self, headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status_code,
+                            headers={**self.headers, **(headers or {})})
+
+
+class InvalidRequest(GatewayError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class Unauthorized(GatewayError):
+    status_code = 401
+    error_type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class Forbidden(GatewayError):
+    status_code = 403
+    error_type = "permission_error"
+
+
+class NotFound(GatewayError):
+    status_code = 404
+    error_type = "not_found_error"
+
+
+class PayloadTooLarge(GatewayError):
+    status_code = 413
+    error_type = "invalid_request_error"
+    code = "payload_too_large"
+
+
+class NoHealthyBackend(GatewayError):
+    status_code = 503
+    error_type = "service_unavailable"
+    code = "no_healthy_backend"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
+        super().__init__(message, headers={"retry-after": str(retry_after_s)})
+
+
+class UpstreamError(GatewayError):
+    status_code = 502
+    error_type = "upstream_error"
+
+
+class UpstreamUnreachable(UpstreamError):
+    code = "upstream_unreachable"
+
+
+class UpstreamTimeout(UpstreamError):
+    status_code = 504
+    code = "upstream_timeout"
+
+
+def error_body(message: str, error_type: str, param: str | None = None,
+               code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}

@@ -1,0 +1,191 @@
+"""What the router knows about a request: `Features`, read from its body and
+the live load, and the parsing that turns a raw body into them.
+
+Parsing is strict about types (a wrong type is a 400 naming the field) and
+lenient about everything it does not read: unknown fields pass through to
+the backend untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from gateway.errors import InvalidRequest
+
+CHARS_PER_TOKEN = 4  # rough BPE average for English text and code
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    endpoint: str  # "chat" or "completions"
+    model: str | None
+    temperature: float
+    top_p: float
+    max_tokens: int
+    stream: bool
+    n: int
+    prompt_chars: int
+    prompt_tokens: int
+    tools: bool
+    response_format: bool
+    logprobs: bool
+    domain: str
+    route: str | None = None  # pool asked for by x-specgate-route (when allowed)
+    load: Mapping[str, int] = field(default_factory=dict)
+
+    def value(self, name: str) -> Any:
+        if name.startswith("load."):
+            return self.load.get(name.removeprefix("load."), 0)
+        return getattr(self, name)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["load"] = dict(self.load)
+        return data
+
+
+FEATURE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Features) if f.name != "load")
+
+
+@dataclass(frozen=True, slots=True)
+class Defaults:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+
+
+def parse_json_body(raw: bytes) -> dict[str, Any]:
+    """Decode a request body into a JSON object, or raise a 400 that says why."""
+    try:
+        body = json.loads(raw, parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise InvalidRequest("request body is not valid UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc.msg} at line {exc.lineno} "
+                             f"column {exc.colno}") from None
+    except RecursionError:
+        raise InvalidRequest("request body is nested too deeply") from None
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    return body
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"request body contains {name}, which is not valid JSON")
+
+
+def extract_features(
+    body: Mapping[str, Any],
+    endpoint: str,
+    defaults: Defaults,
+    classify: Callable[[str], str],
+    load: Mapping[str, int],
+    domain_override: str | None = None,
+    route_override: str | None = None,
+) -> Features:
+    prompt = _chat_text(body) if endpoint == "chat" else _completion_text(body)
+    prompt_text = prompt if isinstance(prompt, str) else ""
+    prompt_tokens = (len(prompt) if isinstance(prompt, list)
+                     else math.ceil(len(prompt_text) / CHARS_PER_TOKEN))
+    max_tokens = _optional(body, "max_completion_tokens", _int_at_least(1))
+    if max_tokens is None:
+        max_tokens = _optional(body, "max_tokens", _int_at_least(1))
+    return Features(
+        endpoint=endpoint,
+        model=_optional(body, "model", _string),
+        temperature=_or(_optional(body, "temperature", _number_at_least(0.0)), defaults.temperature),
+        top_p=_or(_optional(body, "top_p", _number_at_least(0.0)), defaults.top_p),
+        max_tokens=_or(max_tokens, defaults.max_tokens),
+        stream=_or(_optional(body, "stream", _boolean), False),
+        n=_or(_optional(body, "n", _int_at_least(1)), 1),
+        prompt_chars=len(prompt_text),
+        prompt_tokens=prompt_tokens,
+        tools=bool(body.get("tools")) or bool(body.get("functions")),
+        response_format=body.get("response_format") not in (None, {}, {"type": "text"}),
+        logprobs=bool(body.get("logprobs")) or bool(body.get("top_logprobs")),
+        domain=domain_override or classify(prompt_text),
+        route=route_override,
+        load=load,
+    )
+
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _optional(body: Mapping[str, Any], name: str, check: Callable[[str, Any], Any]) -> Any:
+    value = body.get(name)
+    return None if value is None else check(name, value)
+
+
+def _string(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequest(f"'{name}' must be a string", param=name)
+    return value
+
+
+def _boolean(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"'{name}' must be a boolean", param=name)
+    return value
+
+
+def _number_at_least(low: float) -> Callable[[str, Any], float]:
+    def check(name: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidRequest(f"'{name}' must be a number", param=name)
+        if not math.isfinite(value) or value < low:
+            raise InvalidRequest(f"'{name}' must be a finite number >= {low}", param=name)
+        return float(value)
+    return check
+
+
+def _int_at_least(low: int) -> Callable[[str, Any], int]:
+    def check(name: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidRequest(f"'{name}' must be an integer", param=name)
+        if value < low:
+            raise InvalidRequest(f"'{name}' must be >= {low}", param=name)
+        return value
+    return check
+
+
+def _chat_text(body: Mapping[str, Any]) -> str:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("'messages' must be a non-empty list", param="messages")
+    pieces: list[str] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise InvalidRequest(f"'messages[{i}]' must be an object", param=f"messages[{i}]")
+        content = message.get("content")
+        if isinstance(content, str):
+            pieces.append(content)
+        elif isinstance(content, list):
+            pieces.extend(part["text"] for part in content
+                          if isinstance(part, dict) and isinstance(part.get("text"), str))
+        elif content is not None:
+            raise InvalidRequest(f"'messages[{i}].content' must be a string or a list of parts",
+                                 param=f"messages[{i}].content")
+    return "\n".join(pieces)
+
+
+def _completion_text(body: Mapping[str, Any]) -> str | list[int]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt):
+            return "\n".join(prompt)
+        if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
+            return prompt
+        if all(isinstance(p, list) for p in prompt):
+            return [token for ids in prompt for token in ids if isinstance(token, int)]
+    raise InvalidRequest("'prompt' must be a string, a list of strings or a list of token ids",
+                         param="prompt")

@@ -1,0 +1,52 @@
+"""The gateway's Prometheus metrics: the only module that touches prometheus_client.
+
+Each app owns a `GatewayMetrics` with its own registry (no global default
+registry), so several gateways can live in one process, as tests do. Label
+values are bounded: pools, rules and endpoints come from the policy, codes
+from HTTP.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+
+class GatewayMetrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("specgate_requests", "Requests answered, by pool, rule and status code",
+                                ["pool", "rule", "code"], registry=r)
+        self.duration = Histogram("specgate_request_duration_seconds", "Whole request time",
+                                  ["pool"], buckets=LATENCY_BUCKETS, registry=r)
+        self.ttfb = Histogram("specgate_time_to_first_byte_seconds",
+                              "Time until the first response byte from the backend",
+                              ["pool"], buckets=LATENCY_BUCKETS, registry=r)
+        self.in_flight = Gauge("specgate_in_flight", "Requests being served, by pool", ["pool"], registry=r)
+        self.upstream_errors = Counter("specgate_upstream_errors", "Backend failures, by kind",
+                                       ["pool", "kind"], registry=r)
+        self.retries = Counter("specgate_retries", "Requests retried on another endpoint", ["pool"],
+                               registry=r)
+        self.endpoint_healthy = Gauge("specgate_endpoint_healthy", "1 when the endpoint takes traffic",
+                                      ["pool", "endpoint"], registry=r)
+        self.speculative_enabled = Gauge("specgate_speculative_enabled",
+                                         "1 when speculative routing to the pool is on", ["pool"],
+                                         registry=r)
+        self.flag_flips = Counter("specgate_flag_flips", "Speculation flag changes", ["pool", "reason"],
+                                  registry=r)
+        self.guard_up = Gauge("specgate_guard_up", "1 when the guard's last check read its metrics",
+                              registry=r)
+        self.policy_reloads = Counter("specgate_policy_reloads", "Policy reloads, by result",
+                                      ["result"], registry=r)
+        self.overhead = Histogram("specgate_overhead_seconds",
+                                  "Time spent in the gateway before the backend request is sent",
+                                  buckets=OVERHEAD_BUCKETS, registry=r)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

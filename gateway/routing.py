@@ -1,0 +1,71 @@
+"""`decide(features, policy, flags, draw) -> Decision`: a pure function.
+
+The first rule whose condition holds names a pool (or the `x-specgate-route`
+header does, when the policy allows it). If that pool's speculation flag is
+off, the request goes down the pool's fallback chain instead, except for the
+probe share (`draw < probe_fraction`, auto mode only) that keeps the guard fed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.features import Features
+from gateway.flags import FlagSnapshot
+from gateway.policy import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    pool: str
+    rule: str
+    reason: str
+    probe: bool = False
+
+    def to_json(self, features: Features, flags: FlagSnapshot) -> dict[str, Any]:
+        return {
+            "pool": self.pool,
+            "rule": self.rule,
+            "reason": self.reason,
+            "probe": self.probe,
+            "features": features.to_json(),
+            "flags": {name: flag.to_json() for name, flag in flags.items()},
+        }
+
+
+def decide(features: Features, policy: Policy, flags: FlagSnapshot, draw: float = 1.0) -> Decision:
+    chosen = _choose(features, policy)
+    flag = flags.get(chosen.pool)
+    if flag is None or flag.routable:
+        return chosen
+    if flag.probing and draw < policy.spec.guard.speculative.probe_fraction:
+        return Decision(chosen.pool, chosen.rule,
+                        f"probe: speculation is off ({flag.reason}) but a share still goes",
+                        probe=True)
+    target = _fallback(chosen.pool, policy, flags)
+    return Decision(target, chosen.rule,
+                    f"{chosen.reason}; speculation off on '{chosen.pool}' ({flag.reason}), "
+                    f"sent to '{target}'")
+
+
+def _choose(features: Features, policy: Policy) -> Decision:
+    if features.route is not None and features.route in policy.pools:
+        return Decision(features.route, "header", "x-specgate-route header")
+    for rule in policy.rules:
+        if rule.matches is None or rule.matches(features):
+            return Decision(rule.route, rule.name, rule.reason)
+    return Decision(policy.default_pool, "default_pool", "no rule matched")
+
+
+def _fallback(pool: str, policy: Policy, flags: FlagSnapshot) -> str:
+    seen = {pool}
+    current = policy.pools[pool].fallback
+    while current is not None and current not in seen:
+        flag = flags.get(current)
+        if flag is None or flag.routable:
+            return current
+        seen.add(current)
+        current = policy.pools[current].fallback
+    standard = [n for n, p in policy.pools.items() if p.kind == "standard" and n not in seen]
+    return standard[0] if standard else pool

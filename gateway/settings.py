@@ -1,0 +1,30 @@
+"""Process settings, from the environment (prefix SPECGATE_) or the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_policy_path() -> Path:
+    return Path(__file__).resolve().parent.parent / "policies" / "default.yaml"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SPECGATE_", extra="ignore")
+
+    policy: Path = Field(default_factory=default_policy_path,
+                         description="routing policy YAML file")
+    host: str = "127.0.0.1"
+    port: int = 8080
+    admin_token: str | None = Field(default=None, repr=False)
+    prometheus_url: str | None = None
+    log_level: str = "info"
+
+    max_body_bytes: int = 8 * 1024 * 1024
+    keepalive_s: float = 10.0
+    policy_watch_interval_s: float = 1.0
+    flags_file: Path | None = None
+    drain_timeout_s: float = 30.0
