@@ -1,0 +1,239 @@
+"""`create_openai_app`: a Starlette app that looks like vLLM's OpenAI server.
+
+Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`,
+`GET /health`, `GET /metrics`. The app owns the wire format (JSON and SSE),
+the `vllm:*` metrics and the running/waiting accounting; the `TokenGenerator`
+it is given owns tokens and timing. Streams are sent unbuffered, and a client
+that disconnects cancels its generator, streaming or not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from contextlib import aclosing
+from collections.abc import AsyncIterator, Callable
+from http import HTTPStatus
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from backends.serving.disconnect import ClientGone, DisconnectAwareStream, run_until_disconnect
+from backends.serving.generation import (
+    Delta,
+    Endpoint,
+    GenerationRequest,
+    TokenGenerator,
+    estimate_tokens,
+)
+from backends.serving.metrics import VllmMetrics
+from backends.serving.protocol import (
+    SSE_DONE,
+    ProtocolError,
+    ResponseBuilder,
+    error_body,
+    model_list,
+    parse_request,
+    random_id,
+    sse,
+    usage,
+)
+
+
+class RequestRun:
+    """One request's life in the metrics: waiting, then running, then finished.
+
+    `started` flips on `mark_running` (the generator admitted the request to
+    a batch) or, at the latest, on the first delta."""
+
+    def __init__(self, metrics: VllmMetrics, request: GenerationRequest) -> None:
+        self.metrics = metrics
+        self.request = dataclasses.replace(request, mark_running=self.mark_running)
+        self.arrived = time.monotonic()
+        self.started = False
+        self.first_token_at: float | None = None
+        self.last_token_at: float | None = None
+        self.gaps: list[float] = []
+        self.completion_tokens = 0
+        self.prompt_tokens: int | None = None
+        self.finish_reason: str | None = None
+        metrics.request_arrived()
+
+    def mark_running(self) -> None:
+        if not self.started:
+            self.started = True
+            self.metrics.request_started()
+
+    def record(self, delta: Delta) -> None:
+        self.mark_running()
+        now = time.monotonic()
+        if delta.tokens:
+            if self.first_token_at is None:
+                self.first_token_at = now
+            elif self.last_token_at is not None:
+                self.gaps.append(now - self.last_token_at)
+            self.last_token_at = now
+        self.completion_tokens += delta.tokens
+        if delta.prompt_tokens is not None:
+            self.prompt_tokens = delta.prompt_tokens
+        if delta.finish_reason is not None:
+            self.finish_reason = delta.finish_reason
+
+    def prompt_token_count(self) -> int:
+        if self.prompt_tokens is None:
+            self.prompt_tokens = estimate_tokens(self.request.prompt_text())
+        return self.prompt_tokens
+
+    def close(self, finish_reason: str) -> None:
+        """Leave the running/waiting gauges and record the outcome, once."""
+        self.metrics.request_left(self.started)
+        ttft = None if self.first_token_at is None else self.first_token_at - self.arrived
+        self.metrics.observe_finished(
+            prompt_tokens=self.prompt_token_count(),
+            generation_tokens=self.completion_tokens,
+            finish_reason=finish_reason,
+            e2e_seconds=time.monotonic() - self.arrived,
+            ttft_seconds=ttft,
+            inter_token_seconds=self.gaps,
+        )
+
+
+def create_openai_app(
+    generator: TokenGenerator,
+    metrics: VllmMetrics,
+    model_name: str,
+    *,
+    max_model_len: int | None = None,
+    model_root: str | None = None,
+    healthy: Callable[[], bool] = lambda: True,
+) -> Starlette:
+    """Serve `generator` as model `model_name`. `healthy()` decides whether
+    `GET /health` answers 200 or 503 (empty body either way, as vLLM)."""
+    created = int(time.time())
+
+    async def chat(request: Request) -> Response:
+        return await _complete(request, "chat")
+
+    async def completions(request: Request) -> Response:
+        return await _complete(request, "completions")
+
+    async def _complete(request: Request, endpoint: Endpoint) -> Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(ProtocolError("The request body is not valid JSON."))
+        request_id = request.headers.get("x-request-id") or random_id()
+        try:
+            parsed = parse_request(endpoint, body, served_model=model_name, request_id=request_id)
+        except ProtocolError as exc:
+            return _error(exc)
+        run = RequestRun(metrics, parsed)
+        builder = ResponseBuilder(endpoint, model_name, request_id)
+        if parsed.stream:
+            return DisconnectAwareStream(_events(generator, run, builder))
+        try:
+            return await run_until_disconnect(request.receive, _whole(generator, run, builder))
+        except ClientGone:
+            return _error(ProtocolError("Client disconnected"))
+
+    async def models(request: Request) -> Response:
+        return JSONResponse(
+            model_list(model_name, root=model_root, max_model_len=max_model_len, created=created)
+        )
+
+    async def health(request: Request) -> Response:
+        return Response(status_code=200 if healthy() else 503)
+
+    async def metrics_endpoint(request: Request) -> Response:
+        payload, content_type = metrics.render()
+        return Response(payload, headers={"Content-Type": content_type})
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        phrase = HTTPStatus(exc.status_code).phrase
+        return JSONResponse(
+            error_body(str(exc.detail), phrase, exc.status_code), status_code=exc.status_code
+        )
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/metrics", metrics_endpoint, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: http_error},
+    )
+
+
+def _error(exc: ProtocolError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+async def _whole(generator: TokenGenerator, run: RequestRun, builder: ResponseBuilder) -> Response:
+    """Run a non-streaming request to the end and answer the whole object."""
+    pieces: list[str] = []
+    outcome = "abort"
+    try:
+        async with aclosing(generator.generate(run.request)) as deltas:
+            async for delta in deltas:
+                run.record(delta)
+                pieces.append(delta.text)
+        outcome = run.finish_reason or "stop"
+    except Exception as exc:  # noqa: BLE001 - a generator failure becomes a 500 envelope
+        outcome = "error"
+        return JSONResponse(error_body(str(exc) or type(exc).__name__, "InternalServerError", 500), 500)
+    finally:
+        run.close(outcome)
+    body = builder.response("".join(pieces), outcome, run.prompt_token_count(), run.completion_tokens)
+    return JSONResponse(body)
+
+
+async def _events(
+    generator: TokenGenerator, run: RequestRun, builder: ResponseBuilder
+) -> AsyncIterator[bytes]:
+    """The SSE events of a streaming request, in vLLM's order: role chunk (chat
+    only), content chunks, the chunk with `finish_reason`, the usage chunk when
+    asked for, `[DONE]`. A generator failure becomes an error event."""
+    request = run.request
+    outcome = "abort"
+
+    def running_usage(completion_tokens: int) -> dict[str, int] | None:
+        if not request.continuous_usage:
+            return None
+        return usage(run.prompt_token_count(), completion_tokens)
+
+    try:
+        first = True
+        finished = False
+        async with aclosing(generator.generate(request)) as deltas:
+            async for delta in deltas:
+                run.record(delta)
+                if first:
+                    first = False
+                    opening = builder.first_chunk(running_usage(0))
+                    if opening is not None:
+                        yield sse(opening)
+                if delta.text == "" and delta.finish_reason is None:
+                    continue
+                finished = delta.finish_reason is not None
+                yield sse(
+                    builder.chunk(
+                        delta.text, delta.finish_reason, running_usage(run.completion_tokens)
+                    )
+                )
+        outcome = run.finish_reason or "stop"
+        if not finished:
+            yield sse(builder.chunk("", outcome, running_usage(run.completion_tokens)))
+        if request.include_usage:
+            yield sse(builder.usage_chunk(run.prompt_token_count(), run.completion_tokens))
+    except Exception as exc:  # noqa: BLE001 - sent to the client as vLLM does
+        outcome = "error"
+        yield sse(error_body(str(exc) or type(exc).__name__, "InternalServerError", 500))
+    finally:
+        run.close(outcome)
+    yield SSE_DONE

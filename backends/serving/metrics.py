@@ -1,0 +1,194 @@
+"""vLLM V1's Prometheus metrics, with vLLM's names, labels and buckets.
+
+Names and labels follow vLLM 0.32 (`vllm/v1/metrics/loggers.py`,
+`vllm/v1/spec_decode/metrics.py`, `vllm/v1/metrics/buckets.py`): every series
+carries `model_name` and `engine` (the engine index, "0"); counters are created
+without the `_total` suffix, which prometheus_client appends on exposition, so
+the scraped names are vLLM's (`vllm:spec_decode_num_drafts_total`, ...). As in
+vLLM, the spec-decode counters exist only on a speculative server, with one
+`position` series per speculative token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+# vllm/v1/metrics/buckets.py
+REQUEST_LATENCY_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+    60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+TIME_TO_FIRST_TOKEN_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+    5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+INTER_TOKEN_LATENCY_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+    5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+# vllm/v1/engine/__init__.py: FINISH_REASON_STRINGS
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+
+class VllmMetrics:
+    """The metrics one vLLM engine exports, in `registry`.
+
+    Load accounting: `request_arrived` (waiting), `request_started` (waiting ->
+    running), `request_left(started)`. `override_load` pins the exposed
+    gauges to given values (tests drive a guard with it); `None` releases them.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        model_name: str,
+        *,
+        num_speculative_tokens: int | None = None,
+        engine: str = "0",
+    ) -> None:
+        self.registry = registry
+        self.num_speculative_tokens = num_speculative_tokens
+        labels = ("model_name", "engine")
+        values = (model_name, engine)
+        self.running = 0
+        self.waiting = 0
+        self._pinned: dict[str, int | None] = {"running": None, "waiting": None}
+
+        def gauge(name: str, doc: str, key: str) -> None:
+            child = Gauge(name, doc, labels, registry=registry).labels(*values)
+            child.set_function(lambda: self._exposed(key))
+
+        gauge("vllm:num_requests_running", "Number of requests in model execution batches.", "running")  # noqa: E501
+        gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "waiting")
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, labels, registry=registry).labels(*values)
+
+        def histogram(name: str, doc: str, buckets: Sequence[float]) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, registry=registry).labels(*values)
+
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.generation_tokens = counter(
+            "vllm:generation_tokens", "Number of generation tokens processed."
+        )
+        success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            (*labels, "finished_reason"),
+            registry=registry,
+        )
+        self.request_success = {r: success.labels(*values, r) for r in FINISH_REASONS}
+        self.time_to_first_token = histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            TIME_TO_FIRST_TOKEN_BUCKETS,
+        )
+        self.inter_token_latency = histogram(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            INTER_TOKEN_LATENCY_BUCKETS,
+        )
+        self.e2e_request_latency = histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.spec_drafts = self.spec_draft_tokens = self.spec_accepted = None
+        self.spec_accepted_per_pos: list = []
+        if num_speculative_tokens is not None:
+            self.spec_drafts = counter(
+                "vllm:spec_decode_num_drafts", "Number of spec decoding drafts."
+            )
+            self.spec_draft_tokens = counter(
+                "vllm:spec_decode_num_draft_tokens", "Number of draft tokens."
+            )
+            self.spec_accepted = counter(
+                "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens."
+            )
+            per_pos = Counter(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "Accepted tokens per draft position.",
+                (*labels, "position"),
+                registry=registry,
+            )
+            self.spec_accepted_per_pos = [
+                per_pos.labels(*values, str(pos)) for pos in range(num_speculative_tokens)
+            ]
+
+    # Load ------------------------------------------------------------------
+
+    def _exposed(self, key: str) -> float:
+        pinned = self._pinned[key]
+        return float(pinned if pinned is not None else getattr(self, key))
+
+    def override_load(self, *, running: int | None = None, waiting: int | None = None) -> None:
+        self._pinned = {"running": running, "waiting": waiting}
+
+    def request_arrived(self) -> None:
+        self.waiting += 1
+
+    def request_started(self) -> None:
+        self.waiting -= 1
+        self.running += 1
+
+    def request_left(self, started: bool) -> None:
+        if started:
+            self.running -= 1
+        else:
+            self.waiting -= 1
+
+    # Observations ----------------------------------------------------------
+
+    @property
+    def speculative(self) -> bool:
+        return self.num_speculative_tokens is not None
+
+    def observe_spec_decode(
+        self,
+        num_drafts: int,
+        num_draft_tokens: int,
+        num_accepted_tokens: int,
+        accepted_per_pos: Sequence[int] = (),
+    ) -> None:
+        """Add one engine step's speculative-decoding stats (vLLM's
+        `SpecDecodingStats`). `accepted_per_pos[i]` counts drafts whose
+        position-`i` token was accepted."""
+        if self.spec_drafts is None:
+            raise RuntimeError("this server was created without speculative decoding")
+        if len(accepted_per_pos) > len(self.spec_accepted_per_pos):
+            raise ValueError(
+                f"{len(accepted_per_pos)} positions given, the server drafts "
+                f"{len(self.spec_accepted_per_pos)} tokens"
+            )
+        self.spec_drafts.inc(num_drafts)
+        self.spec_draft_tokens.inc(num_draft_tokens)
+        self.spec_accepted.inc(num_accepted_tokens)
+        for counter, accepted in zip(self.spec_accepted_per_pos, accepted_per_pos, strict=False):
+            counter.inc(accepted)
+
+    def observe_finished(
+        self,
+        *,
+        prompt_tokens: int,
+        generation_tokens: int,
+        finish_reason: str,
+        e2e_seconds: float,
+        ttft_seconds: float | None,
+        inter_token_seconds: Sequence[float] = (),
+    ) -> None:
+        """Record a request that ended (`finish_reason` "abort" when the client left)."""
+        self.prompt_tokens.inc(prompt_tokens)
+        self.generation_tokens.inc(generation_tokens)
+        self.request_success[finish_reason if finish_reason in FINISH_REASONS else "stop"].inc()
+        self.e2e_request_latency.observe(e2e_seconds)
+        if ttft_seconds is not None:
+            self.time_to_first_token.observe(ttft_seconds)
+        for gap in inter_token_seconds:
+            self.inter_token_latency.observe(gap)
+
+    def render(self) -> tuple[bytes, str]:
+        """The Prometheus text exposition and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
