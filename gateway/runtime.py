@@ -16,13 +16,15 @@ import httpx
 from gateway.policy import Policy, PoolSpec
 from gateway.pools import Pool
 from gateway.proxy import RetryBudget
+from gateway.transport import PooledTransport
 
 
 def build_client(spec: PoolSpec) -> httpx.AsyncClient:
     c, t = spec.connections, spec.timeouts
+    limits = httpx.Limits(max_connections=c.max_connections, max_keepalive_connections=c.max_keepalive,
+                          keepalive_expiry=c.keepalive_expiry_s)
     return httpx.AsyncClient(
-        limits=httpx.Limits(max_connections=c.max_connections, max_keepalive_connections=c.max_keepalive,
-                            keepalive_expiry=c.keepalive_expiry_s),
+        transport=PooledTransport(limits),
         timeout=httpx.Timeout(connect=t.connect_s, read=t.total_s, write=t.connect_s, pool=t.first_byte_s),
         follow_redirects=False,
         trust_env=False,

@@ -1,0 +1,230 @@
+"""What the gateway adds: the same load straight to a fast fake backend, through
+nginx, and through specgate, interleaved in one run.
+
+Three modes: `wrk` (non-streamed, driven by wrk), `json` (non-streamed) and
+`stream` (16 SSE chunks), both driven by an aiohttp client. Each round runs every target once per concurrency level, so
+machine noise hits all three alike; the reported numbers are medians over
+rounds. Needs Debian's nginx and wrk.
+
+    python bench/overhead.py --concurrency 1,32,128 --duration 5 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BODY = {"model": "bench", "messages": [{"role": "user", "content": "Write a haiku about rivers."}],
+        "temperature": 0, "max_tokens": 128}
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}/body;
+  proxy_temp_path {tmp}/proxy;
+  fastcgi_temp_path {tmp}/fastcgi;
+  uwsgi_temp_path {tmp}/uwsgi;
+  scgi_temp_path {tmp}/scgi;
+  upstream backend {{ server 127.0.0.1:{upstream}; keepalive 256; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }}
+  }}
+}}
+"""
+
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["content-type"] = "application/json"
+wrk.body = [[{body}]]
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port}")
+
+
+def bench_policy(upstream: int) -> str:
+    text = (ROOT / "policies" / "default.yaml").read_text()
+    return text.replace("127.0.0.1:8001", f"127.0.0.1:{upstream}").replace("127.0.0.1:8002",
+                                                                        f"127.0.0.1:{upstream}")
+
+
+def run_wrk(url: str, concurrency: int, duration: float, script: Path) -> dict:
+    out = subprocess.run(["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(duration))}s", "--latency", "-s", str(script),
+                          url], capture_output=True, text=True, check=True).stdout
+    latency = {p: _ms(v, u) for p, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)}
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {"rps": rps, "p50_ms": latency["50"], "p99_ms": latency["99"],
+            "errors": int(errors.group(1)) if errors else 0}
+
+
+def _ms(value: str, unit: str) -> float:
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+async def run_aiohttp(url: str, concurrency: int, duration: float, stream: bool) -> dict:
+    import aiohttp
+
+    payload = json.dumps({**BODY, "stream": stream}).encode()
+    complete = b"data: [DONE]\n\n" if stream else b"}"
+    latencies: list[float] = []
+    errors = 0
+    deadline = time.perf_counter() + duration
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal errors
+        while time.perf_counter() < deadline:
+            start = time.perf_counter()
+            async with session.post(url, data=payload, headers={"content-type": "application/json"}) as resp:
+                body = await resp.read()
+            if resp.status != 200 or not body.rstrip(b"\n").endswith(complete.rstrip(b"\n")):
+                errors += 1
+            latencies.append(time.perf_counter() - start)
+
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {"rps": len(latencies) / elapsed, "p50_ms": 1000 * latencies[len(latencies) // 2],
+            "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+            "errors": errors}
+
+
+def start(cmd: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("w"), env=env,
+                            start_new_session=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--concurrency", default="1,32,128")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--modes", default="wrk,json,stream")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "overhead.json")
+    args = parser.parse_args()
+    for tool in ("nginx", "wrk"):
+        if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
+            sys.exit(f"{tool} is needed: apt-get install -y nginx wrk")
+
+    tmp = Path(tempfile.mkdtemp(prefix="specgate-overhead-"))
+    upstream, nginx_port, gateway_port = free_port(), free_port(), free_port()
+    (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, upstream=upstream, port=nginx_port))
+    (tmp / "policy.yaml").write_text(bench_policy(upstream))
+    script = tmp / "post.lua"
+    script.write_text(WRK_SCRIPT.format(body=json.dumps(BODY)))
+    env = {**os.environ, "SPECGATE_LOG_LEVEL": "info"}
+    procs = [
+        start([sys.executable, str(ROOT / "bench" / "fast_upstream.py"), "--port", str(upstream)], tmp / "up.log"),
+        start([shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(tmp / "nginx.conf")], tmp / "nginx.log"),
+        start([sys.executable, "-m", "gateway.cli", "serve", "--policy", str(tmp / "policy.yaml"),
+               "--port", str(gateway_port)], tmp / "gateway.log", env),
+    ]
+    targets = {"direct": upstream, "nginx": nginx_port, "gateway": gateway_port}
+    results: dict = {"duration_s": args.duration, "rounds": args.rounds, "cpus": os.cpu_count(), "runs": []}
+    try:
+        for port in targets.values():
+            wait_port(port)
+        for mode in args.modes.split(","):
+            for concurrency in [int(c) for c in args.concurrency.split(",")]:
+                for target, port in targets.items():  # warm up connections and code paths
+                    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+                    measure(mode, url, concurrency, 1.0, script)
+                for round_no in range(args.rounds):
+                    for target, port in targets.items():
+                        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+                        row = measure(mode, url, concurrency, args.duration, script)
+                        row.update(mode=mode, concurrency=concurrency, target=target, round=round_no)
+                        results["runs"].append(row)
+                        print(json.dumps(row), flush=True)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=10)
+    results["summary"] = summarize(results["runs"])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    print(markdown(results["summary"]))
+
+
+def measure(mode: str, url: str, concurrency: int, duration: float, script: Path) -> dict:
+    if mode == "wrk":
+        return run_wrk(url, concurrency, duration, script)
+    return asyncio.run(run_aiohttp(url, concurrency, duration, stream=mode == "stream"))
+
+
+def summarize(runs: list[dict]) -> list[dict]:
+    rows = []
+    keys = sorted({(r["mode"], r["concurrency"]) for r in runs})
+    for mode, concurrency in keys:
+        med = {}
+        for target in ("direct", "nginx", "gateway"):
+            sample = [r for r in runs if (r["mode"], r["concurrency"], r["target"]) == (mode, concurrency, target)]
+            med[target] = {k: statistics.median(r[k] for r in sample) for k in ("rps", "p50_ms", "p99_ms")}
+            med[target]["errors"] = sum(r["errors"] for r in sample)
+        rows.append({
+            "mode": mode, "concurrency": concurrency, **{f"{t}": v for t, v in med.items()},
+            "gateway_added_p50_ms": med["gateway"]["p50_ms"] - med["direct"]["p50_ms"],
+            "gateway_added_p99_ms": med["gateway"]["p99_ms"] - med["direct"]["p99_ms"],
+            "gateway_vs_direct_rps": med["gateway"]["rps"] / med["direct"]["rps"],
+            "gateway_vs_nginx_rps": med["gateway"]["rps"] / med["nginx"]["rps"],
+        })
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| mode | conc. | direct rps | nginx rps | gateway rps | gw/direct | gw/nginx | "
+             "direct p50/p99 ms | nginx p50/p99 ms | gateway p50/p99 ms | added p50/p99 ms | errors d/n/g |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        d, n, g = r["direct"], r["nginx"], r["gateway"]
+        lines.append(
+            f"| {r['mode']} | {r['concurrency']} | {d['rps']:.0f} | {n['rps']:.0f} | {g['rps']:.0f} | "
+            f"{r['gateway_vs_direct_rps']:.2f} | {r['gateway_vs_nginx_rps']:.2f} | "
+            f"{d['p50_ms']:.2f}/{d['p99_ms']:.2f} | {n['p50_ms']:.2f}/{n['p99_ms']:.2f} | "
+            f"{g['p50_ms']:.2f}/{g['p99_ms']:.2f} | {r['gateway_added_p50_ms']:.2f}/{r['gateway_added_p99_ms']:.2f} | "
+            f"{d['errors']}/{n['errors']}/{g['errors']} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

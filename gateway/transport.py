@@ -1,0 +1,270 @@
+"""A lean HTTP/1.1 transport for httpx, built for a proxy's hot path.
+
+httpx's default pool checks every pooled connection's socket on every
+request and takes several locks per request; at a few dozen concurrent
+streams that dominates a gateway's CPU time. This transport keeps the httpx
+API (requests, responses, timeouts, `MockTransport` in tests) and swaps the
+engine underneath: one asyncio protocol per connection, the C parser
+uvicorn uses (httptools), and a LIFO list of idle keep-alive connections per
+origin. A connection the server closed while idle is noticed by the event
+loop (`connection_lost`), never by polling.
+
+Limits: `keepalive_expiry` drops idle connections older than that;
+`max_connections` bounds the requests in flight per origin (a request
+waits up to the pool timeout for a slot); `max_keepalive_connections` bounds
+the idle connections kept per origin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httptools
+import httpx
+
+Origin = tuple[bytes, bytes, int]
+HIGH_WATER = 256 * 1024  # pause reading past this much unconsumed body
+
+
+class _ClosedEarly(Exception):
+    """The server closed the connection before a response byte arrived."""
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.error: Exception | None = None
+        self.idle_since = 0.0
+        self._waiter: asyncio.Future[None] | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.status = 0
+        self.headers_done = False
+        self.complete = False
+        self.received_any = False
+        self.chunks: list[bytes] = []
+        self.buffered = 0
+
+    # -- asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.received_any = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self.error = httpx.RemoteProtocolError(f"invalid HTTP response: {exc}")
+            self._abort()
+        self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if not self.complete and self.error is None:
+            self.error = _ClosedEarly() if not self.received_any else httpx.RemoteProtocolError(
+                "the server closed the connection mid-response")
+        self._wake()
+
+    # -- httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        self.headers_done = True
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+        self.buffered += len(body)
+        if self.buffered > HIGH_WATER and self.transport is not None:
+            self.transport.pause_reading()
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+    # -- used by the transport
+    def send(self, data: bytes) -> None:
+        self._reset()
+        self.parser = httptools.HttpResponseParser(self)
+        assert self.transport is not None
+        self.transport.write(data)
+
+    def reusable(self) -> bool:
+        return self.complete and not self.closed and self.error is None and self.parser.should_keep_alive()
+
+    async def wait_headers(self, timeout: float | None) -> None:
+        while not self.headers_done:
+            self._raise_if_broken()
+            await self._wait(timeout)
+
+    async def next_chunk(self, timeout: float | None) -> bytes | None:
+        while True:
+            if self.chunks:
+                chunk = b"".join(self.chunks) if len(self.chunks) > 1 else self.chunks[0]
+                self.chunks.clear()
+                if self.buffered > HIGH_WATER and self.transport is not None:
+                    self.transport.resume_reading()
+                self.buffered = 0
+                return chunk
+            if self.complete:
+                return None
+            self._raise_if_broken()
+            await self._wait(timeout)
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+        self.closed = True
+
+    def _raise_if_broken(self) -> None:
+        if self.error is not None:
+            raise self.error
+        if self.closed:
+            raise httpx.RemoteProtocolError("the connection is closed")
+
+    async def _wait(self, timeout: float | None) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(self._waiter, timeout)
+        except asyncio.TimeoutError:
+            raise httpx.ReadTimeout("no data from the server within the read timeout") from None
+        finally:
+            self._waiter = None
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class ResponseStream(httpx.AsyncByteStream):
+    def __init__(self, transport: PooledTransport, origin: Origin, connection: Connection,
+                 read_timeout: float | None) -> None:
+        self._transport = transport
+        self._origin = origin
+        self._connection = connection
+        self._read_timeout = read_timeout
+        self._done = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while (chunk := await self._connection.next_chunk(self._read_timeout)) is not None:
+            yield chunk
+
+    async def aclose(self) -> None:
+        if not self._done:
+            self._done = True
+            self._transport.release(self._origin, self._connection)
+
+
+class PooledTransport(httpx.AsyncBaseTransport):
+    def __init__(self, limits: httpx.Limits = httpx.Limits()) -> None:
+        self._expiry = limits.keepalive_expiry
+        self._max_connections = limits.max_connections or 1_000_000
+        self._max_idle = limits.max_keepalive_connections if limits.max_keepalive_connections is not None \
+            else self._max_connections
+        self._idle: dict[Origin, list[Connection]] = {}
+        self._slots: dict[Origin, asyncio.Semaphore] = {}
+        self._open: set[Connection] = set()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        origin: Origin = (url.raw_scheme, url.raw_host, url.port or (443 if url.scheme == "https" else 80))
+        timeouts: dict[str, Any] = request.extensions.get("timeout", {})
+        slots = self._slots.setdefault(origin, asyncio.Semaphore(self._max_connections))
+        try:
+            await asyncio.wait_for(slots.acquire(), timeouts.get("pool"))
+        except asyncio.TimeoutError:
+            raise httpx.PoolTimeout("no free connection slot within the pool timeout", request=request) from None
+        payload = _serialize(request, await request.aread())
+        try:
+            connection = await self._exchange(origin, payload, timeouts, request)
+        except BaseException:
+            slots.release()
+            raise
+        headers = connection.headers
+        return httpx.Response(connection.status, headers=headers,
+                              stream=ResponseStream(self, origin, connection, timeouts.get("read")),
+                              extensions={"http_version": b"HTTP/1.1"})
+
+    async def _exchange(self, origin: Origin, payload: bytes, timeouts: dict[str, Any],
+                        request: httpx.Request) -> Connection:
+        idle = self._idle.get(origin)
+        while idle:
+            connection = idle.pop()
+            if connection.closed or (self._expiry is not None and
+                                     asyncio.get_running_loop().time() - connection.idle_since > self._expiry):
+                self._discard(connection)
+                continue
+            connection.send(payload)
+            try:
+                await connection.wait_headers(timeouts.get("read"))
+                return connection
+            except _ClosedEarly:  # the server dropped the idle connection: use a new one
+                self._discard(connection)
+            except BaseException:
+                self._discard(connection)
+                raise
+        connection = await self._connect(origin, timeouts.get("connect"), request)
+        connection.send(payload)
+        try:
+            await connection.wait_headers(timeouts.get("read"))
+        except _ClosedEarly:
+            self._discard(connection)
+            raise httpx.RemoteProtocolError("the server closed the connection without a response",
+                                            request=request) from None
+        except BaseException:
+            self._discard(connection)
+            raise
+        return connection
+
+    async def _connect(self, origin: Origin, timeout: float | None, request: httpx.Request) -> Connection:
+        scheme, host, port = origin
+        ssl = scheme == b"https" or None
+        loop = asyncio.get_running_loop()
+        try:
+            _, connection = await asyncio.wait_for(
+                loop.create_connection(Connection, host.decode("ascii"), port, ssl=ssl), timeout)
+        except asyncio.TimeoutError:
+            raise httpx.ConnectTimeout(f"connecting to {host.decode()}:{port} timed out",
+                                       request=request) from None
+        except OSError as exc:
+            raise httpx.ConnectError(f"cannot connect to {host.decode()}:{port}: {exc}",
+                                     request=request) from None
+        self._open.add(connection)
+        return connection
+
+    def release(self, origin: Origin, connection: Connection) -> None:
+        self._slots[origin].release()
+        idle = self._idle.setdefault(origin, [])
+        if connection.reusable() and len(idle) < self._max_idle:
+            connection.idle_since = asyncio.get_running_loop().time()
+            idle.append(connection)
+        else:
+            self._discard(connection)
+
+    def _discard(self, connection: Connection) -> None:
+        connection.close()
+        self._open.discard(connection)
+
+    async def aclose(self) -> None:
+        for connection in list(self._open):
+            connection.close()
+        self._open.clear()
+        self._idle.clear()
+
+
+def _serialize(request: httpx.Request, body: bytes) -> bytes:
+    url = request.url
+    target = url.raw_path or b"/"
+    lines = [request.method.encode("ascii") + b" " + target + b" HTTP/1.1"]
+    lines.extend(name + b": " + value for name, value in request.headers.raw)
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body

@@ -1,0 +1,112 @@
+"""Policy validation: every mistake is reported with its file and line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.policy import PolicyError, load_policy, parse_policy
+
+ROOT = Path(__file__).resolve().parents[3]
+
+VALID = """\
+version: 1
+pools:
+  fast:
+    kind: speculative
+    endpoints: [{url: "http://127.0.0.1:9001"}]
+    fallback: slow
+  slow:
+    kind: standard
+    endpoints: [{url: "http://127.0.0.1:9002", weight: 2}]
+rules:
+  - name: greedy
+    when: {temperature: {le: 0.3}}
+    route: fast
+  - name: rest
+    route: slow
+"""
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(PolicyError) as info:
+        parse_policy(text, "p.yaml")
+    return str(info.value).splitlines()
+
+
+def test_valid_policy_loads():
+    policy = parse_policy(VALID, "p.yaml")
+    assert [r.name for r in policy.rules] == ["greedy", "rest"]
+    assert policy.default_pool == "slow"
+    assert policy.pools["slow"].endpoints[0].weight == 2
+
+
+@pytest.mark.parametrize("old,new,expected", [
+    ("    fallback: slow\n", "    fallback: slow\n    colour: red\n",
+     "p.yaml:7: pools.fast.colour: unknown key"),
+    ("kind: standard", "kind: turbo", "p.yaml:8: pools.slow.kind: Input should be 'speculative' or 'standard'"),
+    ("route: fast", "route: nowhere", "p.yaml:13: rules[0].route: unknown pool 'nowhere'"),
+    ("name: rest", "name: greedy", "p.yaml:14: rules[1].name: duplicate rule name 'greedy'"),
+    ("{temperature: {le: 0.3}}", "{temprature: {le: 0.3}}", "p.yaml:12: rules[0].when.temprature: unknown feature"),
+    ("{temperature: {le: 0.3}}", "{temperature: {around: 0.3}}", "p.yaml:12: rules[0].when.temperature.around: unknown operator"),
+    ("{temperature: {le: 0.3}}", "{temperature: {le: low}}", "p.yaml:12: rules[0].when.temperature.le: 'le' needs a number"),
+    ("{temperature: {le: 0.3}}", "{load.turbo: {ge: 2}}", "p.yaml:12: rules[0].when.load.turbo: 'load.turbo' names unknown pool"),
+    ("{temperature: {le: 0.3}}", "{domain: {matches: '('}}", "p.yaml:12: rules[0].when.domain.matches: invalid regular expression"),
+    ('"http://127.0.0.1:9002"', '"127.0.0.1:9002"', "p.yaml:9: pools.slow.endpoints[0].url: Value error, endpoint url must start"),
+    ("version: 1", "version: 2", "p.yaml:1: version: Input should be 1"),
+    ("    fallback: slow\n", "    fallback: ghost\n", "p.yaml:6: pools.fast.fallback: unknown pool 'ghost'"),
+    ("  - name: rest\n    route: slow\n", "", None),  # still valid: one rule
+])
+def test_errors_name_file_line_and_field(old, new, expected):
+    text = VALID.replace(old, new, 1)
+    assert text != VALID
+    if expected is None:
+        parse_policy(text, "p.yaml")
+        return
+    found = problems(text)
+    assert any(line.startswith(expected) for line in found), found
+
+
+def test_fallback_cycle_is_an_error():
+    text = VALID.replace("    kind: standard\n", "    kind: standard\n    fallback: fast\n")
+    found = problems(text)
+    assert any("p.yaml:6: pools.fast.fallback: fallback chain from 'fast' loops: fast -> slow -> fast" in f
+               for f in found), found
+
+
+@pytest.mark.parametrize("text,line,fragment", [
+    ("version: 1\npools: [1, 2\n", 3, "invalid YAML"),
+    ("version: 1\nversion: 1\n", 2, "duplicate key 'version'"),
+    ("- just\n- a list\n", 1, "must be a YAML mapping"),
+    ("", 1, "must be a YAML mapping"),
+    ("version: 1\n", 1, "pools: required field is missing"),
+])
+def test_broken_yaml(text, line, fragment):
+    found = problems(text)
+    assert any(f.startswith(f"p.yaml:{line}:") and fragment in f for f in found), found
+
+
+def test_api_keys_are_environment_references_only():
+    text = VALID.replace("    fallback: slow\n", "    fallback: slow\n    api_key: sk-live-123\n")
+    assert any("api_key must reference the environment" in f for f in problems(text))
+
+
+def test_shipped_policies_are_valid():
+    for path in [ROOT / "policies" / "default.yaml", *sorted((ROOT / "policies" / "examples").glob("*.yaml"))]:
+        load_policy(path)
+
+
+def test_check_command_exit_codes(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text(VALID)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(VALID.replace("route: fast", "route: nowhere"))
+    cli = [sys.executable, "-m", "gateway.cli", "check"]
+    ok = subprocess.run([*cli, str(good)], capture_output=True, text=True, cwd=ROOT)
+    failed = subprocess.run([*cli, str(bad)], capture_output=True, text=True, cwd=ROOT)
+    assert ok.returncode == 0, ok.stderr
+    assert failed.returncode == 1
+    assert f"{bad}:13: rules[0].route: unknown pool 'nowhere'" in failed.stderr

@@ -1,0 +1,106 @@
+"""Endpoint picking, passive ejection with back-off, half-open trials."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from gateway.errors import NoHealthyBackend
+from gateway.policy import PoolSpec
+from gateway.pools import Pool
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_pool(*weights: float, clock=None, **spec) -> Pool:
+    endpoints = [{"url": f"http://127.0.0.1:{9000 + i}", "weight": w} for i, w in enumerate(weights)]
+    return Pool("p", PoolSpec(kind="standard", endpoints=endpoints, **spec), clock=clock or Clock(),
+                rng=random.Random(7))
+
+
+def test_least_outstanding_wins_between_two_choices():
+    pool = make_pool(1, 1)
+    busy = pool.acquire()
+    picks = Counter(pool.acquire().endpoint.url for _ in range(1))
+    assert busy.endpoint.url not in picks  # with one busy endpoint, the idle one is chosen
+
+
+def test_weights_shape_the_traffic():
+    pool = make_pool(1, 3)
+    counts = Counter()
+    for _ in range(4000):
+        lease = pool.acquire()
+        counts[lease.endpoint.url] += 1
+        lease.release(ok=True)
+    share = counts["http://127.0.0.1:9001"] / 4000
+    assert 0.8 < share < 0.98  # idle endpoints tie on load, so weight decides: 1 - (1/4)^2 = 0.94
+
+
+def test_max_in_flight_is_respected():
+    pool = make_pool(1, max_in_flight=2)
+    pool.acquire(), pool.acquire()
+    with pytest.raises(NoHealthyBackend):
+        pool.acquire()
+    with pytest.raises(NoHealthyBackend):
+        pool.acquire(degraded=True)  # full is full, even degraded
+
+
+def test_ejection_after_consecutive_failures_then_half_open_trial():
+    clock = Clock()
+    pool = make_pool(1, 1, clock=clock)
+    bad = pool.endpoints[0]
+    for _ in range(3):  # eject_after defaults to 3
+        lease = pool.acquire(exclude=[pool.endpoints[1]])
+        lease.release(ok=False)
+    assert bad.ejected() and not bad.available(clock())
+    assert all(pool.acquire().endpoint is pool.endpoints[1] for _ in range(20))
+
+    clock.now += pool.spec.health.backoff_s  # back-off over: one trial request only
+    trial = pool.acquire(exclude=[pool.endpoints[1]])
+    assert trial.endpoint is bad and trial.trial
+    with pytest.raises(NoHealthyBackend):
+        pool.acquire(exclude=[pool.endpoints[1]])
+    trial.release(ok=False)  # trial failed: ejected again, for twice as long
+    assert bad.backoff_s == 2 * pool.spec.health.backoff_s
+    clock.now += bad.backoff_s
+    trial = pool.acquire(exclude=[pool.endpoints[1]])
+    trial.release(ok=True)
+    assert not bad.ejected() and bad.failures == 0
+
+
+def test_all_ejected_means_least_bad_in_degraded_mode():
+    clock = Clock()
+    pool = make_pool(1, 1, clock=clock)
+    for endpoint, failures in zip(pool.endpoints, (5, 3)):
+        for _ in range(failures):
+            lease = pool.acquire(exclude=[e for e in pool.endpoints if e is not endpoint], degraded=True)
+            lease.release(ok=False)
+    assert not pool.has_available()
+    with pytest.raises(NoHealthyBackend):
+        pool.acquire()
+    # the one ejected for the shorter time is the least bad
+    assert pool.acquire(degraded=True).endpoint is pool.endpoints[1]
+
+
+def test_lease_release_is_idempotent_and_load_returns_to_zero():
+    pool = make_pool(1)
+    lease = pool.acquire()
+    assert pool.load() == 1
+    lease.release(ok=True)
+    lease.release(ok=True)
+    assert pool.load() == 0 and pool.endpoints[0].outstanding == 0
+
+
+def test_reported_backend_load_counts_as_batch_pressure():
+    pool = make_pool(1)
+    pool.reported_load = 12
+    pool.acquire()
+    assert pool.load() == 12
