@@ -1,0 +1,80 @@
+"""A fake vLLM in a child process, for tests that kill and restart backends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from backends.serving.server import bind_socket
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with bind_socket(host, 0) as sock:
+        return sock.getsockname()[1]
+
+
+class FakeVllmProcess:
+    """`python -m tests.fakes.vllm --port PORT ARGS...` with start/kill/restart.
+
+    `args` are extra command-line options, e.g. `("--kind", "standard", "--delay", "0.01")`.
+    """
+
+    def __init__(self, *args: str, port: int | None = None, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self.args = args
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> FakeVllmProcess:
+        python_path = [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in python_path if p)}
+        command = [sys.executable, "-m", "tests.fakes.vllm", "--host", self.host]
+        command += ["--port", str(self.port), *self.args]
+        self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"fake vLLM exited with {self.process.returncode}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=0.5).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"fake vLLM on {self.url} did not become healthy")
+
+    def kill(self) -> None:
+        """SIGKILL: connections drop without a goodbye, like a crashed backend."""
+        self._end(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self._end(signal.SIGTERM)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def _end(self, sig: int) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(10)
+        self.process = None
+
+    def __enter__(self) -> FakeVllmProcess:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.terminate()

@@ -1,0 +1,319 @@
+"""A controllable fake vLLM server for tests, built on the serving layer.
+
+It speaks vLLM's wire format and exports vLLM's metrics (both from
+`backends.serving`), runs as a real HTTP server on 127.0.0.1, and lets a test
+script its answers, hold a stream, watch for client disconnects, inject
+faults, set metrics and read back the requests it received::
+
+    with FakeVllm(model="fake-model", kind="speculative") as fake:
+        fake.script(text="Hello there", chunks=4, delay=0.01)
+        hold = fake.hold()                  # streams pause after chunk 1
+        ...                                 # client reads chunk 1
+        hold.set()                          # the rest flows
+        fake.fail_next(2, status=503)       # the next two /v1 calls fail
+        fake.record_spec_decode(num_drafts=10, num_draft_tokens=30, num_accepted_tokens=12)
+        fake.set_load(running=8, waiting=2)
+        assert fake.wait_disconnect(5)      # the client hung up mid-request
+        fake.requests[-1].body["model"]
+
+Run as a process (soak tests): `python -m tests.fakes.vllm --port 8001 --kind standard`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal
+
+from prometheus_client import CollectorRegistry
+
+from backends.serving import Delta, GenerationRequest, VllmMetrics, create_openai_app
+from backends.serving.server import BackgroundServer
+from tests.fakes.faults import Faults, FaultInjector, RecordedRequest
+
+Kind = Literal["speculative", "standard"]
+
+
+@dataclass(frozen=True)
+class Script:
+    """How the fake answers: `text` cut into `chunks` pieces of one token
+    each, `delay` seconds before each piece. `max_tokens` below `chunks`
+    truncates the answer with finish_reason "length"."""
+
+    text: str = "Hello from the fake vLLM server."
+    chunks: int = 4
+    delay: float = 0.0
+    finish_reason: str = "stop"
+
+    def pieces(self) -> list[str]:
+        """`text` in `chunks` pieces, cut between words when there are enough."""
+        count = max(1, self.chunks)
+        words = re.findall(r"\s*\S+\s*", self.text)
+        units = words if len(words) >= count else list(self.text)
+        if len(units) < count:
+            units += [""] * (count - len(units))
+        bounds = [round(i * len(units) / count) for i in range(count + 1)]
+        return ["".join(units[bounds[i] : bounds[i + 1]]) for i in range(count)]
+
+
+@dataclass(frozen=True)
+class Disconnect:
+    """A request whose client went away before the answer was complete."""
+
+    path: str
+    request_id: str
+    at: float  # time.monotonic()
+    chunks_sent: int
+
+
+class FakeGenerator:
+    """Plays the current `Script`, pausing on the hold event and noting
+    cancellations (the serving app cancels on client disconnect)."""
+
+    def __init__(self, fake: FakeVllm) -> None:
+        self.fake = fake
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        fake = self.fake
+        script = fake.current_script
+        pieces = script.pieces()
+        finish = script.finish_reason
+        if request.max_tokens is not None and request.max_tokens < len(pieces):
+            pieces, finish = pieces[: request.max_tokens], "length"
+        sent = 0
+        try:
+            for index, piece in enumerate(pieces):
+                if script.delay:
+                    await asyncio.sleep(script.delay)
+                last = index == len(pieces) - 1
+                yield Delta(piece, finish_reason=finish if last else None)
+                sent += 1
+                fake.after_chunk(sent)
+                if not last:
+                    await fake.wait_while_held()
+        except asyncio.CancelledError:
+            fake.note_disconnect(request, sent)
+            raise
+
+
+class FakeVllm:
+    """A fake vLLM on `http://127.0.0.1:<port>` (a free port unless given).
+
+    `kind="speculative"` exports the spec-decode counters with
+    `num_speculative_tokens` positions; with `spec_acceptance` set, every
+    served token also counts as a draft of that many tokens of which
+    `round(spec_acceptance * k)` were accepted, so counters move with traffic.
+    """
+
+    def __init__(
+        self,
+        model: str = "fake-model",
+        kind: Kind = "speculative",
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        num_speculative_tokens: int = 3,
+        spec_acceptance: float | None = None,
+        script: Script | None = None,
+    ) -> None:
+        if kind not in ("speculative", "standard"):
+            raise ValueError(f"kind must be 'speculative' or 'standard', not {kind!r}")
+        self.model = model
+        self.kind = kind
+        self.spec_acceptance = spec_acceptance
+        self.current_script = script or Script()
+        self.healthy = True
+        self.faults = Faults()
+        self.metrics = VllmMetrics(
+            CollectorRegistry(),
+            model,
+            num_speculative_tokens=num_speculative_tokens if kind == "speculative" else None,
+        )
+        self._lock = threading.Lock()
+        self._hold: threading.Event | None = None
+        self.holding = threading.Event()
+        self.disconnects: list[Disconnect] = []
+        self._disconnected = threading.Event()
+        app = create_openai_app(FakeGenerator(self), self.metrics, model, healthy=lambda: self.healthy)
+        self._injector = FaultInjector(app, self.faults)
+        self._server = BackgroundServer(self._injector, host=host, port=port)
+
+    # Lifecycle -------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    def start(self) -> FakeVllm:
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; open connections are dropped. `start()` reopens the same port."""
+        self.release()
+        self._server.stop()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> FakeVllm:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # Answers ---------------------------------------------------------------
+
+    def script(self, text: str | None = None, chunks: int | None = None, delay: float | None = None,
+               finish_reason: str | None = None) -> Script:  # fmt: skip
+        """Change how later requests are answered; omitted fields are kept."""
+        current = self.current_script
+        self.current_script = Script(
+            text=current.text if text is None else text,
+            chunks=current.chunks if chunks is None else chunks,
+            delay=current.delay if delay is None else delay,
+            finish_reason=current.finish_reason if finish_reason is None else finish_reason,
+        )
+        return self.current_script
+
+    def hold(self) -> threading.Event:
+        """From now on answers pause after their first chunk until the returned
+        event is set. `holding` is set while an answer is paused."""
+        with self._lock:
+            self._hold = threading.Event()
+            return self._hold
+
+    def release(self) -> None:
+        with self._lock:
+            if self._hold is not None:
+                self._hold.set()
+            self._hold = None
+
+    async def wait_while_held(self) -> None:
+        hold = self._hold
+        if hold is None or hold.is_set():
+            return
+        self.holding.set()
+        try:
+            while not hold.is_set():
+                await asyncio.sleep(0.005)
+        finally:
+            self.holding.clear()
+
+    def after_chunk(self, sent: int) -> None:
+        if self.spec_acceptance is not None and self.metrics.speculative:
+            k = self.metrics.num_speculative_tokens or 0
+            accepted = round(self.spec_acceptance * k)
+            per_pos = [1 if pos < accepted else 0 for pos in range(k)]
+            self.metrics.observe_spec_decode(1, k, accepted, per_pos)
+
+    # Disconnects -----------------------------------------------------------
+
+    def note_disconnect(self, request: GenerationRequest, chunks_sent: int) -> None:
+        path = "/v1/chat/completions" if request.endpoint == "chat" else "/v1/completions"
+        with self._lock:
+            self.disconnects.append(
+                Disconnect(path, request.request_id, time.monotonic(), chunks_sent)
+            )
+        self._disconnected.set()
+
+    def wait_disconnect(self, timeout: float = 5.0) -> bool:
+        """True once the server saw a client leave before its answer was done."""
+        return self._disconnected.wait(timeout)
+
+    # Faults ----------------------------------------------------------------
+
+    def fail_next(self, count: int = 1, status: int = 500, message: str = "injected failure") -> None:
+        """The next `count` /v1 requests answer `status` with a vLLM error body."""
+        with self.faults.lock:
+            self.faults.fail_count = count
+            self.faults.fail_status = status
+            self.faults.fail_message = message
+
+    def delay_first_byte(self, seconds: float, count: int = 1) -> None:
+        """The next `count` /v1 requests send nothing for `seconds`."""
+        with self.faults.lock:
+            self.faults.first_byte_count = count
+            self.faults.first_byte_delay = seconds
+
+    def cut_stream(self, after_events: int = 2, count: int = 1) -> None:
+        """The next `count` /v1 responses drop the connection after sending
+        `after_events` body writes (SSE events for a stream)."""
+        with self.faults.lock:
+            self.faults.cut_count = count
+            self.faults.cut_after_events = after_events
+
+    def set_healthy(self, healthy: bool) -> None:
+        """`GET /health` answers 200 when healthy, else 503."""
+        self.healthy = healthy
+
+    # Metrics ---------------------------------------------------------------
+
+    def record_spec_decode(self, num_drafts: int, num_draft_tokens: int, num_accepted_tokens: int,
+                           accepted_per_pos: tuple[int, ...] = ()) -> None:  # fmt: skip
+        """Add to the `vllm:spec_decode_*` counters (speculative fakes only)."""
+        self.metrics.observe_spec_decode(
+            num_drafts, num_draft_tokens, num_accepted_tokens, accepted_per_pos
+        )
+
+    def set_load(self, running: int | None = None, waiting: int | None = None) -> None:
+        """Pin `vllm:num_requests_running` / `waiting`; `None` goes back to counting."""
+        self.metrics.override_load(running=running, waiting=waiting)
+
+    # Requests --------------------------------------------------------------
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received, oldest first (including /health and /metrics)."""
+        return list(self._injector.requests)
+
+    def completion_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.path.startswith("/v1/") and r.method == "POST"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run a fake vLLM server until interrupted.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--model", default="fake-model")
+    parser.add_argument("--kind", choices=("speculative", "standard"), default="speculative")
+    parser.add_argument("--text", default=Script.text)
+    parser.add_argument("--chunks", type=int, default=Script.chunks)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each chunk")
+    parser.add_argument("--spec-acceptance", type=float, default=None)
+    args = parser.parse_args(argv)
+    fake = FakeVllm(
+        args.model,
+        args.kind,
+        host=args.host,
+        port=args.port,
+        spec_acceptance=args.spec_acceptance,
+        script=Script(text=args.text, chunks=args.chunks, delay=args.delay),
+    )
+    fake.start()
+    print(f"fake vLLM ({args.kind}) serving {args.model} on {fake.url}", flush=True)
+    stop = threading.Event()
+    try:
+        import signal
+
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        fake.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
