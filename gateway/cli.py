@@ -19,6 +19,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("serve", "gateway.commands.serve", "run the gateway"),
     ("check", "gateway.commands.check", "validate a policy file"),
     ("explain", "gateway.commands.explain", "print the routing decision for a request"),
+    ("sim", "backends.sim.command", "run a simulated vLLM pool (speculative or standard)"),
 )
 
 

@@ -1,0 +1,178 @@
+"""The simulated engine: continuous batching on a shared batch clock.
+
+All in-flight requests advance together, one engine step at a time, as in
+vLLM's scheduler: a step admits waiting requests (up to `max_num_seqs`),
+sleeps for the step time the model gives for that batch, then hands every
+running request its tokens for the step. A speculative engine samples how
+many of its `g` draft tokens each request accepted (each independently with
+probability `a`, the accepted prefix stops at the first rejection) and feeds
+the counts to the `vllm:spec_decode_*` counters exactly as vLLM does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from backends.serving import Delta, GenerationRequest, VllmMetrics
+from backends.serving.generation import estimate_tokens
+from backends.sim.model import Kind, SimParams, acceptance, domain_classifier, step_seconds
+
+WORDS = {
+    "code": ("def", " value", "(", "x", "):", "\n   ", " return", " x", " +", " 1", "\n"),
+    "math": (" Let", " x", " =", " 2", ",", " then", " x", "^2", " =", " 4", "."),
+    "chat": (" Sure", ",", " here", " is", " a", " short", " answer", " to", " that", "."),
+}
+
+
+@dataclass
+class SimRequest:
+    """A request inside the engine: its target length and its token inbox."""
+
+    request: GenerationRequest
+    domain: str
+    acceptance: float
+    prompt_tokens: int
+    target_tokens: int
+    finish_reason: str
+    emitted: int = 0
+    inbox: asyncio.Queue = field(default_factory=asyncio.Queue)
+
+
+class SimEngine:
+    """A `TokenGenerator` whose timing follows `backends.sim.model`.
+
+    `time_scale` multiplies every simulated duration (0.1 runs ten times
+    faster than the modelled GPU); `seed` makes acceptance draws repeatable.
+    """
+
+    def __init__(
+        self,
+        kind: Kind,
+        metrics: VllmMetrics,
+        params: SimParams = SimParams(),
+        *,
+        time_scale: float = 1.0,
+        seed: int | None = None,
+    ) -> None:
+        self.kind = kind
+        self.metrics = metrics
+        self.params = params
+        self.time_scale = time_scale
+        self.random = random.Random(seed)
+        self.classify = domain_classifier()
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.steps = 0
+        self._loop_task: asyncio.Task | None = None
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        sim = self._admit(request)
+        self.waiting.append(sim)
+        self._ensure_loop()
+        try:
+            while True:
+                delta = await sim.inbox.get()
+                if isinstance(delta, Exception):
+                    raise delta
+                yield delta
+                if delta.finish_reason is not None:
+                    return
+        finally:
+            self._drop(sim)
+
+    def _admit(self, request: GenerationRequest) -> SimRequest:
+        text = request.prompt_text()
+        domain = self.classify(text)
+        temperature = request.temperature
+        if temperature is None:
+            temperature = self.params.default_temperature
+        target, finish = self.params.output_tokens, "stop"
+        if request.max_tokens is not None and request.max_tokens < target:
+            target, finish = request.max_tokens, "length"
+        return SimRequest(
+            request=request,
+            domain=domain,
+            acceptance=acceptance(domain, temperature, self.params),
+            prompt_tokens=estimate_tokens(text),
+            target_tokens=target,
+            finish_reason=finish,
+        )
+
+    def _drop(self, sim: SimRequest) -> None:
+        if sim in self.running:
+            self.running.remove(sim)
+        elif sim in self.waiting:
+            self.waiting.remove(sim)
+
+    def _ensure_loop(self) -> None:
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            await self._clock()
+        except Exception as exc:  # noqa: BLE001 - fail the requests, never leave them hanging
+            for sim in (*self.running, *self.waiting):
+                sim.inbox.put_nowait(exc)
+            raise
+
+    async def _clock(self) -> None:
+        """The batch clock: one iteration per engine step while work remains."""
+        while self.running or self.waiting:
+            admitted = self._fill_batch()
+            prefill = sum(sim.prompt_tokens for sim in admitted)
+            decoding = [sim for sim in self.running if sim not in admitted]
+            seconds = step_seconds(self.kind, len(decoding), prefill, self.params)
+            await asyncio.sleep(seconds * self.time_scale)
+            self.steps += 1
+            # A request admitted this step gets its first token from the prefill.
+            for sim in admitted:
+                self._emit(sim, 1)
+            if self.kind == "speculative":
+                self._speculative_step([s for s in decoding if s in self.running])
+            else:
+                for sim in decoding:
+                    self._emit(sim, 1)
+
+    def _fill_batch(self) -> list[SimRequest]:
+        admitted = []
+        while self.waiting and len(self.running) < self.params.max_num_seqs:
+            sim = self.waiting.popleft()
+            self.running.append(sim)
+            sim.request.mark_running()
+            admitted.append(sim)
+        return admitted
+
+    def _speculative_step(self, batch: list[SimRequest]) -> None:
+        g = self.params.num_speculative_tokens
+        per_pos = [0] * g
+        accepted_total = 0
+        for sim in batch:
+            accepted = 0
+            while accepted < g and self.random.random() < sim.acceptance:
+                per_pos[accepted] += 1
+                accepted += 1
+            accepted_total += accepted
+            self._emit(sim, accepted + 1)
+        if batch:
+            self.metrics.observe_spec_decode(len(batch), len(batch) * g, accepted_total, per_pos)
+
+    def _emit(self, sim: SimRequest, tokens: int) -> None:
+        tokens = min(tokens, sim.target_tokens - sim.emitted)
+        if tokens <= 0 or sim not in self.running:
+            return
+        words = WORDS.get(sim.domain, WORDS["chat"])
+        text = "".join(words[(sim.emitted + i) % len(words)] for i in range(tokens))
+        sim.emitted += tokens
+        done = sim.emitted >= sim.target_tokens
+        prompt = sim.prompt_tokens if sim.emitted == tokens else None
+        sim.inbox.put_nowait(
+            Delta(text, tokens=tokens, finish_reason=sim.finish_reason if done else None,
+                  prompt_tokens=prompt)  # fmt: skip
+        )
+        if done:
+            self.running.remove(sim)
