@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpx
 import structlog
@@ -142,17 +142,18 @@ def _up(endpoint: Endpoint) -> int:
 
 
 @contextlib.contextmanager
-def _signal(signum: int, handler: object) -> object:
+def _signal(signum: int, handler: Callable[[], None]) -> Iterator[None]:
     loop = asyncio.get_running_loop()
     try:
         loop.add_signal_handler(signum, handler)
+        installed = True
     except (RuntimeError, ValueError, NotImplementedError):  # not the main thread
-        yield
-        return
+        installed = False
     try:
         yield
     finally:
-        loop.remove_signal_handler(signum)
+        if installed:
+            loop.remove_signal_handler(signum)
 
 
 def _with_request_id(request: Request, response: Response) -> Response:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import random
 import re
+import secrets
 import time
-import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,23 +17,23 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
-from gateway.errors import GatewayError, InvalidRequest, NoHealthyBackend, NotFound, PayloadTooLarge
+from gateway.errors import InvalidRequest, NoHealthyBackend, PayloadTooLarge
 from gateway.features import Features, extract_features, parse_json_body
 from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
 from gateway.pools import Pool
-from gateway.proxy import Forwarder, Opened, RelayBody, RelayStream, request_headers
+from gateway.proxy import Forwarder, Opened, request_headers
+from gateway.relay import Exchange, Outcome, RelayTimeouts
 from gateway.routing import Decision, decide
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
-SSE = "text/event-stream"
 
 
 def request_id(request: Request) -> str:
     given = request.headers.get("x-request-id", "")
-    return given if REQUEST_ID.match(given) else uuid.uuid4().hex
+    return given if REQUEST_ID.match(given) else secrets.token_hex(16)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -64,7 +64,7 @@ class ProxyEndpoints:
         self.metrics = metrics
         self.rng = rng or random.Random()
         self.log = structlog.get_logger("specgate.request")
-        self.forwarder = Forwarder(runtime.client_for, runtime.budget_for,
+        self.forwarder = Forwarder(runtime.transport_for, runtime.budget_for,
                                    on_error=self._count_error, on_retry=self._count_retry)
 
     def route(self, body: Mapping[str, Any], endpoint: str, headers: Mapping[str, str]) -> Routed:
@@ -88,7 +88,6 @@ class ProxyEndpoints:
 
     async def _generate(self, request: Request, endpoint: str, path: str) -> ASGIApp:
         started = time.perf_counter()
-        rid = request.state.request_id
         raw = await read_body(request, self.settings.max_body_bytes)
         routed = self.route(parse_json_body(raw), endpoint, request.headers)
         pool, degraded = self._pool_for(routed.decision.pool)
@@ -96,26 +95,19 @@ class ProxyEndpoints:
         if pool.spec.model and body.get("model") != pool.spec.model:
             body["model"] = pool.spec.model
             raw = json.dumps(body, separators=(",", ":")).encode()
-        stream = routed.features.stream
         timeouts = pool.spec.timeouts
-        decision = routed.decision
-        self.metrics.overhead.observe(time.perf_counter() - started)
-        opened = await self.forwarder.open(
-            pool, path, self._upstream_headers(request, pool, rid), raw,
-            header_timeout_s=timeouts.first_byte_s if stream else timeouts.total_s, degraded=degraded)
-        return self._relay(opened, pool, decision.rule, rid, started)
+        header_timeout = timeouts.first_byte_s if routed.features.stream else timeouts.total_s
+        return self._exchange(request, pool, routed.decision.rule, path, raw, header_timeout, degraded,
+                              started)
 
     async def passthrough(self, request: Request) -> ASGIApp:
         """Any other /v1/* path goes to the policy's default pool as it is."""
         started = time.perf_counter()
-        rid = request.state.request_id
         raw = await read_body(request, self.settings.max_body_bytes)
         pool, degraded = self._pool_for(self.runtime.policy.default_pool)
         path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        opened = await self.forwarder.open(
-            pool, path, self._upstream_headers(request, pool, rid), raw, method=request.method,
-            header_timeout_s=pool.spec.timeouts.total_s, degraded=degraded)
-        return self._relay(opened, pool, "passthrough", rid, started)
+        return self._exchange(request, pool, "passthrough", path, raw, pool.spec.timeouts.total_s,
+                              degraded, started, method=request.method)
 
     async def models(self, request: Request) -> Response:
         """The union of the models the pools' backends serve."""
@@ -159,28 +151,43 @@ class ProxyEndpoints:
             extra["authorization"] = f"Bearer {key}"
         return request_headers(request.headers.items(), extra)
 
-    def _relay(self, opened: Opened, pool: Pool, rule: str, rid: str, started: float) -> ASGIApp:
-        extra = {"x-specgate-pool": pool.name, "x-specgate-rule": rule, "x-request-id": rid}
-        endpoint = opened.lease.endpoint.url
-        self.metrics.in_flight.labels(pool.name).inc()
-        self.metrics.ttfb.labels(pool.name).observe(opened.ttfb_s)
+    def _exchange(self, request: Request, pool: Pool, rule: str, path: str, raw: bytes,
+                  header_timeout_s: float, degraded: bool, started: float, method: str = "POST") -> Exchange:
+        rid = request.state.request_id
+        headers = self._upstream_headers(request, pool, rid)
+        in_flight = self.metrics.in_flight.labels(pool.name)
 
-        def finish(status: int, ok: bool) -> None:
-            opened.lease.release(ok or status < 500)
+        def open_upstream() -> Awaitable[Opened]:
+            in_flight.inc()
+            self.metrics.overhead.observe(time.perf_counter() - started)
+            return self.forwarder.open(pool, path, headers, raw, method=method,
+                                       header_timeout_s=header_timeout_s, degraded=degraded)
+
+        def finish(outcome: Outcome) -> None:
             duration = time.perf_counter() - started
-            self.metrics.in_flight.labels(pool.name).dec()
-            self.metrics.requests.labels(pool.name, rule, str(status)).inc()
+            if outcome.started:
+                in_flight.dec()
+            self.metrics.requests.labels(pool.name, rule, str(outcome.status)).inc()
             self.metrics.duration.labels(pool.name).observe(duration)
-            if not ok and status >= 500:
-                self._count_error(pool, "stream_cut")
-            self.log.info("request", request_id=rid, pool=pool.name, rule=rule, endpoint=endpoint,
-                          status=status, ttfb=round(opened.ttfb_s, 6), duration=round(duration, 6))
+            fields = {"request_id": rid, "pool": pool.name, "rule": rule, "status": outcome.status,
+                      "duration": round(duration, 6)}
+            opened = outcome.opened
+            if opened is not None:
+                failed = outcome.error is not None
+                opened.lease.release(ok=not failed)
+                if failed:
+                    self._count_error(pool, "stream_cut")
+                self.metrics.ttfb.labels(pool.name).observe(opened.ttfb_s)
+                fields.update(endpoint=opened.lease.endpoint.url, ttfb=round(opened.ttfb_s, 6))
+            if outcome.error is not None:
+                fields["error"] = outcome.error.code or outcome.error.error_type
+            self.log.info("request", **fields)
 
         timeouts = pool.spec.timeouts
-        if opened.response.headers.get("content-type", "").startswith(SSE):
-            return RelayStream(opened, extra, timeouts.total_s, finish,
-                               keepalive_s=self.settings.keepalive_s, first_chunk_s=timeouts.first_byte_s)
-        return RelayBody(opened, extra, timeouts.total_s, finish)
+        relay_timeouts = RelayTimeouts(first_chunk_s=timeouts.first_byte_s, total_s=timeouts.total_s,
+                                       keepalive_s=self.settings.keepalive_s)
+        extra = {"x-specgate-pool": pool.name, "x-specgate-rule": rule, "x-request-id": rid}
+        return Exchange(open_upstream, extra, relay_timeouts, finish)
 
     def _count_error(self, pool: Pool, kind: str) -> None:
         self.metrics.upstream_errors.labels(pool.name, kind).inc()
@@ -188,6 +195,3 @@ class ProxyEndpoints:
     def _count_retry(self, pool: Pool) -> None:
         self.metrics.retries.labels(pool.name).inc()
 
-
-def not_found(request: Request) -> GatewayError:
-    return NotFound(f"no route for {request.method} {request.url.path}")

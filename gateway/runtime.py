@@ -19,12 +19,15 @@ from gateway.proxy import RetryBudget
 from gateway.transport import PooledTransport
 
 
-def build_client(spec: PoolSpec) -> httpx.AsyncClient:
+def build_upstream(spec: PoolSpec) -> tuple[PooledTransport, httpx.AsyncClient]:
+    """One connection pool per backend pool. The proxy's hot path calls the
+    transport directly; health checks and /v1/models go through the client."""
     c, t = spec.connections, spec.timeouts
     limits = httpx.Limits(max_connections=c.max_connections, max_keepalive_connections=c.max_keepalive,
                           keepalive_expiry=c.keepalive_expiry_s)
-    return httpx.AsyncClient(
-        transport=PooledTransport(limits),
+    transport = PooledTransport(limits)
+    return transport, httpx.AsyncClient(
+        transport=transport,
         timeout=httpx.Timeout(connect=t.connect_s, read=t.total_s, write=t.connect_s, pool=t.first_byte_s),
         follow_redirects=False,
         trust_env=False,
@@ -36,6 +39,7 @@ class Runtime:
         self.policy = policy
         self.pools: dict[str, Pool] = {}
         self._clients: dict[Pool, httpx.AsyncClient] = {}
+        self._transports: dict[Pool, httpx.AsyncBaseTransport] = {}
         self._budgets: dict[Pool, RetryBudget] = {}
         self._retiring: set[asyncio.Task[None]] = set()
         self.apply(policy)
@@ -51,7 +55,7 @@ class Runtime:
                 pools[name] = kept
                 continue
             pool = Pool(name, spec)
-            self._clients[pool] = build_client(spec)
+            self._transports[pool], self._clients[pool] = build_upstream(spec)
             self._budgets[pool] = RetryBudget(spec.retry.budget_ratio)
             pools[name] = pool
             created.append(pool)
@@ -63,6 +67,9 @@ class Runtime:
 
     def client_for(self, pool: Pool) -> httpx.AsyncClient:
         return self._clients[pool]
+
+    def transport_for(self, pool: Pool) -> httpx.AsyncBaseTransport:
+        return self._transports[pool]
 
     def budget_for(self, pool: Pool) -> RetryBudget:
         return self._budgets[pool]
@@ -82,6 +89,7 @@ class Runtime:
             task = asyncio.get_running_loop().create_task(self._close_when_idle(pool))
         except RuntimeError:  # no loop yet (start-up): nothing can be in flight
             self._clients.pop(pool, None)
+            self._transports.pop(pool, None)
             self._budgets.pop(pool, None)
             return
         self._retiring.add(task)
@@ -94,6 +102,7 @@ class Runtime:
             await asyncio.sleep(0.5)
             waited += 0.5
         client = self._clients.pop(pool, None)
+        self._transports.pop(pool, None)
         self._budgets.pop(pool, None)
         if client is not None:
             await client.aclose()

@@ -129,13 +129,15 @@ class Connection(asyncio.Protocol):
             raise httpx.RemoteProtocolError("the connection is closed")
 
     async def _wait(self, timeout: float | None) -> None:
-        self._waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(timeout, _expire, waiter) if timeout is not None else None
         try:
-            await asyncio.wait_for(self._waiter, timeout)
-        except asyncio.TimeoutError:
-            raise httpx.ReadTimeout("no data from the server within the read timeout") from None
+            await waiter
         finally:
             self._waiter = None
+            if timer is not None:
+                timer.cancel()
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -144,6 +146,11 @@ class Connection(asyncio.Protocol):
     def _abort(self) -> None:
         if self.transport is not None:
             self.transport.abort()
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(httpx.ReadTimeout("no data from the server within the read timeout"))
 
 
 class ResponseStream(httpx.AsyncByteStream):

@@ -26,13 +26,15 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def uvicorn_config(app: Any, host: str, port: int, log_level: str = "warning") -> uvicorn.Config:
+def uvicorn_config(
+    app: Any, host: str, port: int, log_level: str = "warning", lifespan: str = "off"
+) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=log_level,
-        lifespan="off",
+        lifespan=lifespan,
         timeout_graceful_shutdown=2,
     )
 
@@ -40,11 +42,15 @@ def uvicorn_config(app: Any, host: str, port: int, log_level: str = "warning") -
 class BackgroundServer:
     """`app` served on `host:port` from a daemon thread.
 
-    Usable as a context manager; `url` is `http://host:port`.
+    Usable as a context manager; `url` is `http://host:port`. `lifespan="on"`
+    runs the app's startup and shutdown handlers.
     """
 
-    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, app: Any, *, host: str = "127.0.0.1", port: int = 0, lifespan: str = "off"
+    ) -> None:
         self.app = app
+        self.lifespan = lifespan
         self.host = host
         self.port = port
         self._server: uvicorn.Server | None = None
@@ -65,7 +71,8 @@ class BackgroundServer:
             return self
         sock = bind_socket(self.host, self.port)
         self.port = sock.getsockname()[1]
-        server = uvicorn.Server(uvicorn_config(self.app, self.host, self.port))
+        config = uvicorn_config(self.app, self.host, self.port, lifespan=self.lifespan)
+        server = uvicorn.Server(config)
         ready = threading.Event()
 
         async def serve() -> None:
@@ -91,10 +98,16 @@ class BackgroundServer:
             raise RuntimeError(f"server on {self.url} did not start")
         return self
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Abort open connections and shut the server down."""
+    def stop(self, timeout: float = 10.0, graceful: bool = False) -> None:
+        """Abort open connections and shut the server down (`graceful`: let
+        requests finish and run the app's shutdown, as on SIGTERM)."""
         server, thread, loop = self._server, self._thread, self._loop
         if server is None or thread is None:
+            return
+        if graceful:
+            server.should_exit = True
+            thread.join(timeout)
+            self._server = self._thread = self._loop = None
             return
         if loop is not None and thread.is_alive():
             try:

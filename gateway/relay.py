@@ -1,0 +1,177 @@
+"""One exchange with a backend, as an ASGI app: open, relay, record.
+
+`Exchange` watches the client for the whole exchange with one task: if the
+client goes away while the backend is still thinking (before headers) or
+while the answer is relayed, the upstream request is cancelled at once.
+Server-sent events are relayed chunk by chunk as they arrive; while the first
+chunk is awaited an SSE comment goes out every `keepalive_s` so idle-timeout
+proxies keep the connection. An answer that breaks after its first byte ends
+with an error event, the way vLLM reports errors mid-stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import httpx
+from starlette.types import Receive, Scope, Send
+
+from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from gateway.proxy import Opened, response_headers
+
+CLIENT_CLOSED = 499  # nginx's code for "the client went away first"
+KEEPALIVE_COMMENT = b": keepalive\n\n"
+SSE = "text/event-stream"
+
+
+@dataclass(frozen=True)
+class RelayTimeouts:
+    first_chunk_s: float  # streams: first body chunk after the headers
+    total_s: float
+    keepalive_s: float
+
+
+@dataclass
+class Outcome:
+    status: int  # what the books say: the upstream status, 499, or the error's status
+    ok: bool = False  # the upstream answer reached the client whole
+    started: bool = False  # the exchange began (counted in flight)
+    opened: Opened | None = None
+    error: GatewayError | None = None
+
+
+class ClientWatch:
+    """Cancels the current task when the client disconnects; one watcher task."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.gone = False
+        self._closed = False
+        self._task = asyncio.current_task()
+        self._watcher = asyncio.ensure_future(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not self._closed and self._task is not None:
+            self.gone = True
+            self._task.cancel()
+
+    def absorb(self) -> bool:
+        """In an `except CancelledError`: True if the cancellation was the client leaving."""
+        if self.gone and self._task is not None:
+            self._task.uncancel()
+            return True
+        return False
+
+    def close(self) -> None:
+        self._closed = True
+        self._watcher.cancel()
+
+
+class Exchange:
+    def __init__(self, open_upstream: Callable[[], Awaitable[Opened]], headers: dict[str, str],
+                 timeouts: RelayTimeouts, finish: Callable[[Outcome], None]) -> None:
+        self.open_upstream = open_upstream
+        self.headers = headers
+        self.timeouts = timeouts
+        self.finish = finish
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watch = ClientWatch(receive)
+        outcome = Outcome(CLIENT_CLOSED)
+        try:
+            await self._exchange(send, outcome)
+        except asyncio.CancelledError:
+            if not watch.absorb():
+                raise
+            outcome.status, outcome.ok = CLIENT_CLOSED, False
+        finally:
+            watch.close()
+            if outcome.opened is not None:
+                await outcome.opened.response.aclose()
+            self.finish(outcome)
+
+    async def _exchange(self, send: Send, outcome: Outcome) -> None:
+        outcome.started = True
+        try:
+            opened = await self.open_upstream()
+        except GatewayError as exc:
+            outcome.status, outcome.error = exc.status_code, exc
+            await _send_envelope(send, exc, self.headers)
+            return
+        outcome.status, outcome.opened = opened.response.status_code, opened
+        if opened.response.headers.get("content-type", "").startswith(SSE):
+            await self._relay_stream(send, opened, outcome)
+        else:
+            await self._relay_body(send, opened, outcome)
+
+    async def _relay_body(self, send: Send, opened: Opened, outcome: Outcome) -> None:
+        response = opened.response
+        try:
+            async with asyncio.timeout(self.timeouts.total_s):
+                content = await response.aread()
+        except (httpx.HTTPError, TimeoutError) as exc:
+            error = _upstream_error(exc)
+            outcome.status, outcome.error = error.status_code, error
+            await _send_envelope(send, error, self.headers)
+            return
+        headers = response_headers(response.headers, self.headers)
+        headers.append((b"content-length", str(len(content)).encode()))
+        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        await send({"type": "http.response.body", "body": content, "more_body": False})
+        outcome.ok = True
+
+    async def _relay_stream(self, send: Send, opened: Opened, outcome: Outcome) -> None:
+        response = opened.response
+        await send({"type": "http.response.start", "status": response.status_code,
+                    "headers": response_headers(response.headers, self.headers)})
+        chunks = response.aiter_raw()
+        try:
+            async with asyncio.timeout(self.timeouts.total_s):
+                first = await self._first_chunk(chunks, send)
+                if first:
+                    await send({"type": "http.response.body", "body": first, "more_body": True})
+                    async for chunk in chunks:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except (httpx.HTTPError, TimeoutError) as exc:
+            error = _upstream_error(exc)
+            outcome.status, outcome.error = error.status_code, error
+            payload = b"data: " + json.dumps(error.body()).encode() + b"\n\n"
+            await send({"type": "http.response.body", "body": payload, "more_body": False})
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        outcome.ok = True
+
+    async def _first_chunk(self, chunks: AsyncIterator[bytes], send: Send) -> bytes:
+        next_chunk = asyncio.ensure_future(anext(chunks, b""))
+        try:
+            loop = asyncio.get_running_loop()
+            give_up = loop.time() + self.timeouts.first_chunk_s
+            while True:
+                wait = min(self.timeouts.keepalive_s, give_up - loop.time())
+                if wait <= 0:
+                    raise TimeoutError
+                done, _ = await asyncio.wait({next_chunk}, timeout=wait)
+                if done:
+                    return next_chunk.result()
+                await send({"type": "http.response.body", "body": KEEPALIVE_COMMENT, "more_body": True})
+        finally:
+            if not next_chunk.done():
+                next_chunk.cancel()
+
+
+def _upstream_error(exc: BaseException) -> UpstreamError:
+    if isinstance(exc, (TimeoutError, httpx.TimeoutException)):
+        return UpstreamTimeout("the backend stopped sending within the pool's timeout")
+    return UpstreamUnreachable(f"the backend connection broke: {type(exc).__name__}")
+
+
+async def _send_envelope(send: Send, error: GatewayError, headers: dict[str, str]) -> None:
+    payload = json.dumps(error.body()).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    raw += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in {**headers, **error.headers}.items()]
+    await send({"type": "http.response.start", "status": error.status_code, "headers": raw})
+    await send({"type": "http.response.body", "body": payload, "more_body": False})
