@@ -178,3 +178,36 @@ def _wait(condition, timeout: float = 5.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached")
         time.sleep(0.02)
+
+
+def test_background_server_lifespan_and_graceful_stop(generator: ScriptedGenerator) -> None:
+    from contextlib import asynccontextmanager
+
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    events: list[str] = []
+
+    @asynccontextmanager
+    async def lifespan(app):
+        events.append("startup")
+        yield
+        events.append("shutdown")
+
+    metrics = VllmMetrics(CollectorRegistry(), "M")
+    inner = create_openai_app(generator, metrics, "M")
+    app = Starlette(routes=[Mount("/", inner)], lifespan=lifespan)
+    generator.delay = 0.1
+    server = BackgroundServer(app, lifespan="on").start()
+    assert events == ["startup"]
+    replies: list[int] = []
+    caller = threading.Thread(
+        target=lambda: replies.append(
+            httpx.post(f"{server.url}/v1/chat/completions", json=CHAT, timeout=10).status_code
+        )
+    )
+    caller.start()
+    _wait(lambda: sample(server.url, "vllm:num_requests_running") == 1)
+    server.stop(graceful=True)
+    caller.join(10)
+    assert replies == [200] and events == ["startup", "shutdown"]
