@@ -130,12 +130,12 @@ def create_openai_app(
             parsed = parse_request(endpoint, body, served_model=model_name, request_id=request_id)
         except ProtocolError as exc:
             return _error(exc)
-        run = RequestRun(metrics, parsed)
         builder = ResponseBuilder(endpoint, model_name, request_id)
         if parsed.stream:
-            return DisconnectAwareStream(_events(generator, run, builder))
+            return DisconnectAwareStream(_events(generator, metrics, parsed, builder))
         try:
-            return await run_until_disconnect(request.receive, _whole(generator, run, builder))
+            work = _whole(generator, metrics, parsed, builder)
+            return await run_until_disconnect(request.receive, work)
         except ClientGone:
             return _error(ProtocolError("Client disconnected"))
 
@@ -174,8 +174,15 @@ def _error(exc: ProtocolError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status)
 
 
-async def _whole(generator: TokenGenerator, run: RequestRun, builder: ResponseBuilder) -> Response:
-    """Run a non-streaming request to the end and answer the whole object."""
+async def _whole(
+    generator: TokenGenerator,
+    metrics: VllmMetrics,
+    request: GenerationRequest,
+    builder: ResponseBuilder,
+) -> Response:
+    """Run a non-streaming request to the end and answer the whole object.
+    (Its accounting starts here, so work cancelled before it ran leaves no trace.)"""
+    run = RequestRun(metrics, request)
     pieces: list[str] = []
     outcome = "abort"
     try:
@@ -186,19 +193,30 @@ async def _whole(generator: TokenGenerator, run: RequestRun, builder: ResponseBu
         outcome = run.finish_reason or "stop"
     except Exception as exc:  # noqa: BLE001 - a generator failure becomes a 500 envelope
         outcome = "error"
-        return JSONResponse(error_body(str(exc) or type(exc).__name__, "InternalServerError", 500), 500)
+        return JSONResponse(_failure(exc), status_code=500)
     finally:
         run.close(outcome)
-    body = builder.response("".join(pieces), outcome, run.prompt_token_count(), run.completion_tokens)
-    return JSONResponse(body)
+    text = "".join(pieces)
+    return JSONResponse(
+        builder.response(text, outcome, run.prompt_token_count(), run.completion_tokens)
+    )
+
+
+def _failure(exc: Exception) -> dict:
+    """A generator's exception as vLLM reports engine errors."""
+    return error_body(str(exc) or type(exc).__name__, "InternalServerError", 500)
 
 
 async def _events(
-    generator: TokenGenerator, run: RequestRun, builder: ResponseBuilder
+    generator: TokenGenerator,
+    metrics: VllmMetrics,
+    parsed: GenerationRequest,
+    builder: ResponseBuilder,
 ) -> AsyncIterator[bytes]:
     """The SSE events of a streaming request, in vLLM's order: role chunk (chat
     only), content chunks, the chunk with `finish_reason`, the usage chunk when
     asked for, `[DONE]`. A generator failure becomes an error event."""
+    run = RequestRun(metrics, parsed)
     request = run.request
     outcome = "abort"
 
@@ -233,7 +251,7 @@ async def _events(
             yield sse(builder.usage_chunk(run.prompt_token_count(), run.completion_tokens))
     except Exception as exc:  # noqa: BLE001 - sent to the client as vLLM does
         outcome = "error"
-        yield sse(error_body(str(exc) or type(exc).__name__, "InternalServerError", 500))
+        yield sse(_failure(exc))
     finally:
         run.close(outcome)
     yield SSE_DONE

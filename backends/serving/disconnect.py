@@ -70,9 +70,8 @@ class DisconnectAwareStream(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def pump() -> None:
-            await send(
-                {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-            )
+            start = {"type": "http.response.start", "status": self.status_code}
+            await send({**start, "headers": self.raw_headers})
             async for chunk in self.chunks:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})

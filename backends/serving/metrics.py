@@ -61,8 +61,12 @@ class VllmMetrics:
             child = Gauge(name, doc, labels, registry=registry).labels(*values)
             child.set_function(lambda: self._exposed(key))
 
-        gauge("vllm:num_requests_running", "Number of requests in model execution batches.", "running")  # noqa: E501
-        gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "waiting")
+        gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches.", "running"
+        )
+        gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", "waiting"
+        )
 
         def counter(name: str, doc: str) -> Counter:
             return Counter(name, doc, labels, registry=registry).labels(*values)

@@ -25,7 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "or standard decoding (one token per step)",
     )
     parser.add_argument("--port", type=int, required=True, help="port to listen on")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"
+    )
     parser.add_argument(
         "--model", default="specgate-sim", help="served model name (default: %(default)s)"
     )

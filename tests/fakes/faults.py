@@ -133,7 +133,10 @@ async def _buffer_body(receive: Receive) -> tuple[bytes, Receive]:
 
 async def _send_error(send: Send, status: int, message: str) -> None:
     payload = dumps(error_body(message, error_type(status), status))
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+    ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload, "more_body": False})
 

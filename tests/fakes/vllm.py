@@ -139,7 +139,9 @@ class FakeVllm:
         self.holding = threading.Event()
         self.disconnects: list[Disconnect] = []
         self._disconnected = threading.Event()
-        app = create_openai_app(FakeGenerator(self), self.metrics, model, healthy=lambda: self.healthy)
+        app = create_openai_app(
+            FakeGenerator(self), self.metrics, model, healthy=lambda: self.healthy
+        )
         self._injector = FaultInjector(app, self.faults)
         self._server = BackgroundServer(self._injector, host=host, port=port)
 
@@ -174,8 +176,13 @@ class FakeVllm:
 
     # Answers ---------------------------------------------------------------
 
-    def script(self, text: str | None = None, chunks: int | None = None, delay: float | None = None,
-               finish_reason: str | None = None) -> Script:  # fmt: skip
+    def script(
+        self,
+        text: str | None = None,
+        chunks: int | None = None,
+        delay: float | None = None,
+        finish_reason: str | None = None,
+    ) -> Script:
         """Change how later requests are answered; omitted fields are kept."""
         current = self.current_script
         self.current_script = Script(
@@ -233,7 +240,9 @@ class FakeVllm:
 
     # Faults ----------------------------------------------------------------
 
-    def fail_next(self, count: int = 1, status: int = 500, message: str = "injected failure") -> None:
+    def fail_next(
+        self, count: int = 1, status: int = 500, message: str = "injected failure"
+    ) -> None:
         """The next `count` /v1 requests answer `status` with a vLLM error body."""
         with self.faults.lock:
             self.faults.fail_count = count
@@ -259,8 +268,13 @@ class FakeVllm:
 
     # Metrics ---------------------------------------------------------------
 
-    def record_spec_decode(self, num_drafts: int, num_draft_tokens: int, num_accepted_tokens: int,
-                           accepted_per_pos: tuple[int, ...] = ()) -> None:  # fmt: skip
+    def record_spec_decode(
+        self,
+        num_drafts: int,
+        num_draft_tokens: int,
+        num_accepted_tokens: int,
+        accepted_per_pos: tuple[int, ...] = (),
+    ) -> None:
         """Add to the `vllm:spec_decode_*` counters (speculative fakes only)."""
         self.metrics.observe_spec_decode(
             num_drafts, num_draft_tokens, num_accepted_tokens, accepted_per_pos
