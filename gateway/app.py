@@ -17,6 +17,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.admin import AdminAPI
+from gateway.auth import ClientKeys
 from gateway.endpoints import ProxyEndpoints, request_id
 from gateway.errors import GatewayError, InvalidRequest, NotFound, error_body
 from gateway.flags import FlagStore, PoolFlag
@@ -45,7 +46,8 @@ def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
     metrics = GatewayMetrics()
     runtime = Runtime(policy)
     flags = FlagStore(speculative_pools(policy))
-    proxy = ProxyEndpoints(settings, runtime, flags, metrics)
+    keys = ClientKeys.load(settings.api_keys, settings.api_keys_file)
+    proxy = ProxyEndpoints(settings, runtime, flags, metrics, keys)
     log = structlog.get_logger("specgate")
     health = HealthMonitor(httpx.AsyncClient(trust_env=False))
 

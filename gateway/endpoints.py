@@ -17,7 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
-from gateway.errors import InvalidRequest, NoHealthyBackend, PayloadTooLarge
+from gateway.auth import ClientKeys, Grant
+from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, PayloadTooLarge
 from gateway.features import Features, extract_features, parse_json_body
 from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
@@ -28,6 +29,7 @@ from gateway.routing import Decision, decide
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 
+CLIENT_KEY_HEADERS = frozenset({"authorization", "x-api-key"})
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 
@@ -57,8 +59,10 @@ class Routed:
 
 class ProxyEndpoints:
     def __init__(self, settings: Settings, runtime: Runtime, flags: FlagStore,
-                 metrics: GatewayMetrics, rng: random.Random | None = None) -> None:
+                 metrics: GatewayMetrics, keys: ClientKeys | None = None,
+                 rng: random.Random | None = None) -> None:
         self.settings = settings
+        self.keys = keys or ClientKeys({})
         self.runtime = runtime
         self.flags = flags
         self.metrics = metrics
@@ -88,9 +92,10 @@ class ProxyEndpoints:
 
     async def _generate(self, request: Request, endpoint: str, path: str) -> ASGIApp:
         started = time.perf_counter()
+        grant = self._grant(request)
         raw = await read_body(request, self.settings.max_body_bytes)
         routed = self.route(parse_json_body(raw), endpoint, request.headers)
-        pool, degraded = self._pool_for(routed.decision.pool)
+        pool, degraded = self._pool_for(routed.decision.pool, grant)
         body = routed.body
         if pool.spec.model and body.get("model") != pool.spec.model:
             body["model"] = pool.spec.model
@@ -103,14 +108,16 @@ class ProxyEndpoints:
     async def passthrough(self, request: Request) -> ASGIApp:
         """Any other /v1/* path goes to the policy's default pool as it is."""
         started = time.perf_counter()
+        grant = self._grant(request)
         raw = await read_body(request, self.settings.max_body_bytes)
-        pool, degraded = self._pool_for(self.runtime.policy.default_pool)
+        pool, degraded = self._pool_for(self.runtime.policy.default_pool, grant)
         path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return self._exchange(request, pool, "passthrough", path, raw, pool.spec.timeouts.total_s,
                               degraded, started, method=request.method)
 
     async def models(self, request: Request) -> Response:
         """The union of the models the pools' backends serve."""
+        self._grant(request)
         seen: dict[str, dict[str, Any]] = {}
         for pool in self.runtime.pools.values():
             for model in await self._pool_models(pool):
@@ -130,26 +137,37 @@ class ProxyEndpoints:
                 continue
         return []
 
-    def _pool_for(self, name: str) -> tuple[Pool, bool]:
-        """The pool to send to: `name`, or its fallback chain while it has no endpoint
-        available; when no pool in the chain has one, `name` in degraded mode."""
+    def _grant(self, request: Request) -> Grant | None:
+        if not self.keys.enabled:
+            return None
+        return self.keys.authenticate(request.headers.get("authorization"), request.headers.get("x-api-key"))
+
+    def _pool_for(self, name: str, grant: Grant | None = None) -> tuple[Pool, bool]:
+        """The pool to send to: `name`, else the first of its fallback chain with an
+        endpoint available; when none has one, the first in degraded mode. A key
+        limited to some pools only ever reaches those."""
         pools = self.runtime.pools
-        current: str | None = name
-        seen: set[str] = set()
-        while current is not None and current not in seen:
-            pool = pools[current]
-            if pool.has_available():
-                return pool, False
-            seen.add(current)
-            current = pool.spec.fallback
-        return pools[name], True
+        chain = [name]
+        while (fallback := pools[chain[-1]].spec.fallback) is not None and fallback not in chain:
+            chain.append(fallback)
+        if grant is not None:
+            chain = [n for n in chain if grant.allows(n)] or [n for n in pools if grant.allows(n)]
+            if not chain:
+                raise Forbidden("this API key may not use any pool of the policy")
+        for candidate in chain:
+            if pools[candidate].has_available():
+                return pools[candidate], False
+        return pools[chain[0]], True
 
     def _upstream_headers(self, request: Request, pool: Pool, rid: str) -> list[tuple[str, str]]:
+        """The client's headers minus hop-by-hop ones; the client's own key is
+        never forwarded when the gateway checks keys or the pool has its own."""
         extra = {"x-request-id": rid}
         key = pool.spec.upstream_api_key()
         if key is not None:
             extra["authorization"] = f"Bearer {key}"
-        return request_headers(request.headers.items(), extra)
+        drop = CLIENT_KEY_HEADERS if self.keys.enabled or key is not None else frozenset()
+        return request_headers(request.headers.items(), extra, drop)
 
     def _exchange(self, request: Request, pool: Pool, rule: str, path: str, raw: bytes,
                   header_timeout_s: float, degraded: bool, started: float, method: str = "POST") -> Exchange:

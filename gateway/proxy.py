@@ -27,9 +27,11 @@ RESPONSE_DROP = HOP_BY_HOP | {"date", "server"}
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
 
-def request_headers(headers: Iterable[tuple[str, str]], extra: dict[str, str]) -> list[tuple[str, str]]:
-    kept = [(k, v) for k, v in headers
-            if k.lower() not in HOP_BY_HOP and k.lower() not in extra and not k.lower().startswith("x-specgate-")]
+def request_headers(headers: Iterable[tuple[str, str]], extra: dict[str, str],
+                    drop: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+    """Headers for the backend: the client's, less hop-by-hop, routing and `drop`, plus `extra`."""
+    kept = [(k, v) for k, v in headers if (name := k.lower()) not in HOP_BY_HOP and name not in extra
+            and name not in drop and not name.startswith("x-specgate-")]
     return kept + list(extra.items())
 
 

@@ -27,4 +27,6 @@ class Settings(BaseSettings):
     keepalive_s: float = 10.0
     policy_watch_interval_s: float = 1.0
     flags_file: Path | None = None
+    api_keys: str | None = Field(default=None, repr=False)  # "key1,key2:pool+pool"
+    api_keys_file: Path | None = None
     drain_timeout_s: float = 30.0

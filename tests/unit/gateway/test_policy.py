@@ -110,3 +110,46 @@ def test_check_command_exit_codes(tmp_path):
     assert ok.returncode == 0, ok.stderr
     assert failed.returncode == 1
     assert f"{bad}:13: rules[0].route: unknown pool 'nowhere'" in failed.stderr
+
+
+# -- fuzzing the loader: any input gives a Policy or a PolicyError with a line, nothing else
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+import yaml  # noqa: E402
+
+scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12)
+trees = st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(
+    st.sampled_from(["version", "pools", "rules", "kind", "endpoints", "url", "route", "name", "when",
+                     "fallback", "guard", "domains", "patterns", "gt", "all", "load.standard", "x"]),
+    c, max_size=4), max_leaves=20)
+
+
+def _loads_or_reports(text: str) -> None:
+    try:
+        parse_policy(text, "f.yaml")
+    except PolicyError as exc:
+        assert exc.problems and all(line >= 1 for line, _ in exc.problems)
+        assert str(exc).startswith("f.yaml:")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_loader_survives_any_text(text):
+    _loads_or_reports(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(trees)
+def test_loader_survives_any_structure(tree):
+    _loads_or_reports(yaml.safe_dump(tree))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_loader_survives_mutations_of_a_valid_policy(data):
+    lines = VALID.splitlines()
+    i = data.draw(st.integers(0, len(lines) - 1))
+    lines[i] = data.draw(st.sampled_from(["", "  - ", ":", lines[i] + " junk: [", lines[i].replace(":", ""),
+                                          lines[i].strip(), "    " + lines[i]]))
+    _loads_or_reports("\n".join(lines))

@@ -1,0 +1,81 @@
+"""Optional client API keys.
+
+Keys come from the environment (`SPECGATE_API_KEYS="key1,key2:standard+eagle"`)
+or a file (`SPECGATE_API_KEYS_FILE`, YAML or JSON: a list of
+`{key: ..., pools: [...]}`), never from the policy. A key may be limited to
+some pools. Keys are kept only as SHA-256 digests, looked up by digest, so a
+comparison costs the same whatever the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from gateway.errors import Unauthorized
+
+
+@dataclass(frozen=True)
+class Grant:
+    pools: frozenset[str] | None  # None: every pool
+
+    def allows(self, pool: str) -> bool:
+        return self.pools is None or pool in self.pools
+
+
+class ClientKeys:
+    def __init__(self, grants: Mapping[str, Grant]) -> None:
+        self._by_digest = {_digest(key): grant for key, grant in grants.items()}
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._by_digest)
+
+    def authenticate(self, authorization: str | None, api_key_header: str | None = None) -> Grant:
+        key = api_key_header
+        if authorization:
+            scheme, _, value = authorization.partition(" ")
+            if scheme.lower() == "bearer":
+                key = value.strip()
+        grant = self._by_digest.get(_digest(key)) if key else None
+        if grant is None:
+            raise Unauthorized("a valid API key is required (Authorization: Bearer <key>)")
+        return grant
+
+    @classmethod
+    def load(cls, spec: str | None, path: Path | None) -> ClientKeys:
+        grants: dict[str, Grant] = {}
+        for item in (spec or "").split(","):
+            key, _, pools = item.strip().partition(":")
+            if key:
+                grants[key] = Grant(frozenset(pools.split("+")) if pools else None)
+        if path is not None:
+            grants.update(_from_file(path))
+        return cls(grants)
+
+
+def _from_file(path: Path) -> dict[str, Grant]:
+    entries = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: expected a list of {{key, pools}} entries")
+    grants = {}
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("key"), str):
+            raise ValueError(f"{path}: entry {i} needs a string 'key'")
+        pools = entry.get("pools")
+        grants[entry["key"]] = Grant(frozenset(_strings(pools, path, i)) if pools else None)
+    return grants
+
+
+def _strings(values: object, path: Path, i: int) -> Iterable[str]:
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise ValueError(f"{path}: entry {i}: 'pools' must be a list of pool names")
+    return values
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
