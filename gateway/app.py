@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.admin import AdminAPI
 from gateway.auth import ClientKeys
 from gateway.endpoints import ProxyEndpoints, request_id
-from gateway.errors import GatewayError, InvalidRequest, NotFound, error_body
+from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound, error_body
 from gateway.flags import FlagStore, PoolFlag
 from gateway.metrics import GatewayMetrics
 from gateway.policy import Policy, load_policy
@@ -172,15 +172,12 @@ async def _gateway_error(request: Request, exc: Exception) -> Response:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    if exc.status_code == 404:
-        error: GatewayError = NotFound(f"no route for {request.method} {request.url.path}")
-    elif exc.status_code == 405:
-        error = InvalidRequest(f"method {request.method} is not allowed on {request.url.path}",
-                               code="method_not_allowed")
-        error.status_code = 405
-    else:
+    if exc.status_code == 405:
+        error: GatewayError = MethodNotAllowed(f"method {request.method} is not allowed on {request.url.path}")
+    elif exc.status_code == 404:
+        error = NotFound(f"no route for {request.method} {request.url.path}")
+    else:  # routing raises only 404 and 405; anything else is the client's fault too
         error = InvalidRequest(str(exc.detail))
-        error.status_code = exc.status_code
     return _with_request_id(request, error.response(dict(exc.headers or {})))
 
 

@@ -5,6 +5,7 @@
     ├── Unauthorized          401     missing or unknown client API key
     ├── Forbidden             403     admin API disabled or wrong token
     ├── NotFound              404     unknown path, unknown pool
+    ├── MethodNotAllowed      405
     ├── PayloadTooLarge       413     body over max_body_bytes
     ├── NoHealthyBackend      503     nothing to send the request to (Retry-After)
     └── UpstreamError                 the backend failed before the first byte
@@ -63,6 +64,12 @@ class Forbidden(GatewayError):
 class NotFound(GatewayError):
     status_code = 404
     error_type = "not_found_error"
+
+
+class MethodNotAllowed(GatewayError):
+    status_code = 405
+    error_type = "invalid_request_error"
+    code = "method_not_allowed"
 
 
 class PayloadTooLarge(GatewayError):
