@@ -43,21 +43,38 @@ def processed_probs(logits: torch.Tensor, temperature=1.0, top_k=0, top_p=1.0) -
     scaled = logits.to(torch.float32) / temperature
     vocab = scaled.shape[-1]
 
-    top_k = _per_row(top_k, logits, torch.int64)
-    k = torch.where((top_k <= 0) | (top_k > vocab), vocab, top_k)
-    sorted_logits = scaled.sort(dim=-1, descending=True).values
-    kth_largest = sorted_logits.gather(-1, (k - 1).expand(*scaled.shape[:-1], 1))
-    scaled = scaled.masked_fill(scaled < kth_largest, float("-inf"))
+    # Top-k: keep logits >= the k-th largest (only rows with a filter pay for topk).
+    top_k = _per_row(top_k, logits, torch.int64).expand(*scaled.shape[:-1], 1)
+    filtered = (top_k > 0) & (top_k < vocab)
+    if bool(filtered.any()):
+        k = torch.where(filtered, top_k, 1)
+        largest = scaled.topk(int(k.max()), dim=-1).values
+        kth_largest = torch.where(filtered, largest.gather(-1, k - 1), float("-inf"))
+        scaled = scaled.masked_fill(scaled < kth_largest, float("-inf"))
 
     probs = torch.softmax(scaled, dim=-1)
     top_p = _per_row(top_p, logits, torch.float32)
     if bool((top_p < 1).any()):
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-        # Keep the smallest prefix whose mass reaches top_p (always the top token).
-        drop_sorted = (mass_before >= top_p) & (top_p < 1)
-        drop_sorted[..., 0] = False
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        probs = probs.masked_fill(drop, 0.0)
+        keep = _nucleus(probs, top_p) | (top_p >= 1)
+        probs = probs.masked_fill(~keep, 0.0)
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs
+
+
+def _nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Mask of each row's smallest top prefix whose mass reaches top_p (at least one token).
+
+    Sorts only the top ``width`` tokens, widening until every filtered row's
+    prefix reaches its top_p inside the window (tokens outside it are dropped).
+    """
+    live = int((probs > 0).sum(dim=-1).max())
+    width = min(live, 256)
+    while True:
+        sorted_probs, order = probs.topk(width, dim=-1)
+        mass_through = sorted_probs.cumsum(dim=-1)
+        if width == live or bool(((mass_through[..., -1:] >= top_p) | (top_p >= 1)).all()):
+            break
+        width = min(live, width * 4)
+    keep_sorted = mass_through - sorted_probs < top_p
+    keep_sorted[..., 0] = True
+    return torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, keep_sorted)
