@@ -163,3 +163,22 @@ def test_unknown_backend_is_rejected():
     parents, num_nodes = padded_batch([HAND_TREE], width=6)
     with pytest.raises(ValueError):
         build_tree(parents, torch.tensor([0]), num_nodes, backend="cuda")
+
+
+def full_sort_nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Oracle: top-p over a full sort of each row."""
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    drop_sorted = sorted_probs.cumsum(-1) - sorted_probs >= top_p
+    drop_sorted[..., 0] = False
+    kept = probs.masked_fill(torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted), 0.0)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("spread", [0.1, 5.0])
+def test_processed_probs_top_p_equals_a_full_sort(spread):
+    # A flat row (spread 0.1) needs ~1800 of 2000 tokens: the sort window must widen.
+    logits = torch.randn(3, 2000, generator=torch.Generator().manual_seed(5)) * spread
+    out = processed_probs(logits, 1.0, top_p=0.9)
+    assert torch.equal(out, full_sort_nucleus(torch.softmax(logits, -1), 0.9))
+    if spread < 1:
+        assert ((out > 0).sum(-1) > 1000).all()
