@@ -47,10 +47,10 @@ def compact_kv_triton(
 ) -> None:
     # [..., B, H, S, D] -> [L, B, H, S, D] as a view, so the move stays in place.
     cache5 = cache.view(-1, *cache.shape[-4:]) if cache.dim() != 4 else cache.unsqueeze(0)
-    lead, batch, heads, _, dim = cache5.shape
+    leading, batch, heads, _, dim = cache5.shape
     device = cache.device
     n = accepted_nodes.shape[1]
-    compact_kv_kernel[(batch, lead * heads)](
+    compact_kv_kernel[(batch, leading * heads)](
         cache5,
         seq_lens.to(device=device, dtype=torch.int64).contiguous(),
         accepted_nodes.to(device=device, dtype=torch.int64).contiguous(),
