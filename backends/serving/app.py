@@ -13,7 +13,6 @@ import dataclasses
 import time
 from contextlib import aclosing
 from collections.abc import AsyncIterator, Callable
-from http import HTTPStatus
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -39,6 +38,7 @@ from backends.serving.protocol import (
     parse_request,
     random_id,
     sse,
+    system_fingerprint,
     usage,
 )
 
@@ -109,10 +109,14 @@ def create_openai_app(
     max_model_len: int | None = None,
     model_root: str | None = None,
     healthy: Callable[[], bool] = lambda: True,
+    fingerprint: str | None = None,
 ) -> Starlette:
     """Serve `generator` as model `model_name`. `healthy()` decides whether
-    `GET /health` answers 200 or 503 (empty body either way, as vLLM)."""
+    `GET /health` answers 200 or 503 (empty body either way, as vLLM).
+    `fingerprint` is the `system_fingerprint` (default: vLLM-shaped, derived
+    from the model name)."""
     created = int(time.time())
+    fingerprint = fingerprint if fingerprint is not None else system_fingerprint(model_name)
 
     async def chat(request: Request) -> Response:
         return await _complete(request, "chat")
@@ -130,7 +134,9 @@ def create_openai_app(
             parsed = parse_request(endpoint, body, served_model=model_name, request_id=request_id)
         except ProtocolError as exc:
             return _error(exc)
-        builder = ResponseBuilder(endpoint, model_name, request_id)
+        builder = ResponseBuilder(
+            endpoint, model_name, request_id, system_fingerprint=fingerprint
+        )
         if parsed.stream:
             return DisconnectAwareStream(_events(generator, metrics, parsed, builder))
         try:
@@ -152,11 +158,9 @@ def create_openai_app(
         return Response(payload, headers={"Content-Type": content_type})
 
     async def http_error(request: Request, exc: Exception) -> Response:
+        # vLLM (FastAPI) answers unknown routes and methods with {"detail": ...}
         assert isinstance(exc, HTTPException)
-        phrase = HTTPStatus(exc.status_code).phrase
-        return JSONResponse(
-            error_body(str(exc.detail), phrase, exc.status_code), status_code=exc.status_code
-        )
+        return JSONResponse({"detail": exc.detail}, exc.status_code, headers=exc.headers)
 
     return Starlette(
         routes=[
@@ -219,6 +223,7 @@ async def _events(
     run = RequestRun(metrics, parsed)
     request = run.request
     outcome = "abort"
+    last_chunk = not request.include_usage
 
     def running_usage(completion_tokens: int) -> dict[str, int] | None:
         if not request.continuous_usage:
@@ -239,14 +244,12 @@ async def _events(
                 if delta.text == "" and delta.finish_reason is None:
                     continue
                 finished = delta.finish_reason is not None
-                yield sse(
-                    builder.chunk(
-                        delta.text, delta.finish_reason, running_usage(run.completion_tokens)
-                    )
-                )
+                running = running_usage(run.completion_tokens)
+                yield sse(builder.chunk(delta.text, delta.finish_reason, running, last=last_chunk))
         outcome = run.finish_reason or "stop"
         if not finished:
-            yield sse(builder.chunk("", outcome, running_usage(run.completion_tokens)))
+            running = running_usage(run.completion_tokens)
+            yield sse(builder.chunk("", outcome, running, last=last_chunk))
         if request.include_usage:
             yield sse(builder.usage_chunk(run.prompt_token_count(), run.completion_tokens))
     except Exception as exc:  # noqa: BLE001 - sent to the client as vLLM does

@@ -9,6 +9,7 @@ on the wire (vLLM dumps non-streaming responses in full, stream chunks with
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -202,12 +203,15 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 class ResponseBuilder:
     """Writes every JSON object of one response; `id` and `created` are shared
     by all its chunks, as in vLLM. The id is `chatcmpl-`/`cmpl-` followed by
-    the client's `X-Request-Id` when it sent one, else a random id."""
+    the client's `X-Request-Id` when it sent one, else a random id.
+    `system_fingerprint` goes where vLLM puts it: in whole responses, and in
+    a stream's last chunk (the usage chunk when there is one)."""
 
     endpoint: Endpoint
     model: str
     request_id: str
     created: int = field(default_factory=lambda: int(time.time()))
+    system_fingerprint: str | None = None
 
     @property
     def id(self) -> str:
@@ -232,9 +236,9 @@ class ResponseBuilder:
                 "finish_reason": None,
             }
         ]
+        self._add_running_usage(chunk, running_usage)
         chunk["prompt_token_ids"] = None
         chunk["prompt_text"] = None
-        self._add_running_usage(chunk, running_usage)
         return chunk
 
     def chunk(
@@ -242,9 +246,12 @@ class ResponseBuilder:
         text: str,
         finish_reason: str | None = None,
         running_usage: dict[str, Any] | None = None,
+        *,
+        last: bool = False,
     ) -> dict[str, Any]:
-        """A content chunk; the last one carries `finish_reason` (and vLLM's
-        `stop_reason`). `running_usage` is sent with `continuous_usage_stats`."""
+        """A content chunk; the final one carries `finish_reason` (and vLLM's
+        `stop_reason`). `running_usage` is sent with `continuous_usage_stats`;
+        `last` marks the stream's last chunk (no usage chunk follows)."""
         if self.endpoint == "chat":
             chunk = self._envelope("chat.completion.chunk")
             choice: dict[str, Any] = {
@@ -269,6 +276,8 @@ class ResponseBuilder:
             }
         chunk["choices"] = [choice]
         self._add_running_usage(chunk, running_usage)
+        if last and finish_reason is not None and self.system_fingerprint is not None:
+            chunk["system_fingerprint"] = self.system_fingerprint
         return chunk
 
     def _add_running_usage(self, chunk: dict[str, Any], running: dict[str, Any] | None) -> None:
@@ -282,6 +291,8 @@ class ResponseBuilder:
         chunk = self._envelope(object_name)
         chunk["choices"] = []
         chunk["usage"] = usage(prompt_tokens, completion_tokens)
+        if self.system_fingerprint is not None:
+            chunk["system_fingerprint"] = self.system_fingerprint
         return chunk
 
     # Non-streaming ---------------------------------------------------------
@@ -337,10 +348,18 @@ class ResponseBuilder:
                 }
             ]
             tail = {}
-        body.update(service_tier=None, system_fingerprint=None, usage=full_usage)
+        body.update(
+            service_tier=None, system_fingerprint=self.system_fingerprint, usage=full_usage
+        )
         body.update(tail)
         body.update(kv_transfer_params=None, ec_transfer_params=None, metrics=None)
         return body
+
+
+def system_fingerprint(model: str, version: str = "0.32.0") -> str:
+    """A fingerprint shaped like vLLM's default (`vllm-<version>-<hash8>`),
+    stable for a served model name."""
+    return f"vllm-{version}-{hashlib.sha256(model.encode()).hexdigest()[:8]}"
 
 
 def model_list(model: str, *, root: str | None, max_model_len: int | None, created: int) -> dict:

@@ -167,8 +167,10 @@ def test_generator_failure_becomes_an_error_envelope(
 def test_bad_requests_get_envelopes(server: BackgroundServer) -> None:
     bad_json = httpx.post(f"{server.url}/v1/chat/completions", content=b"{nope")
     assert bad_json.status_code == 400 and bad_json.json()["error"]["type"] == "BadRequestError"
-    unknown = httpx.get(f"{server.url}/v1/unknown")
-    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == 404
+    unknown = httpx.get(f"{server.url}/v1/unknown")  # vLLM (FastAPI) shape for routes
+    assert unknown.status_code == 404 and unknown.json() == {"detail": "Not Found"}
+    wrong_method = httpx.get(f"{server.url}/v1/chat/completions")
+    assert wrong_method.status_code == 405 and wrong_method.json() == {"detail": "Method Not Allowed"}
     assert httpx.get(f"{server.url}/health").status_code == 200
 
 
