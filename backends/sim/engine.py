@@ -28,7 +28,7 @@ WORDS = {
 }
 
 
-@dataclass
+@dataclass(eq=False)
 class SimRequest:
     """A request inside the engine: its target length and its token inbox."""
 
@@ -65,7 +65,7 @@ class SimEngine:
         self.random = random.Random(seed)
         self.classify = domain_classifier()
         self.waiting: deque[SimRequest] = deque()
-        self.running: list[SimRequest] = []
+        self.running: dict[SimRequest, None] = {}  # an ordered set
         self.steps = 0
         self._loop_task: asyncio.Task | None = None
 
@@ -104,7 +104,7 @@ class SimEngine:
 
     def _drop(self, sim: SimRequest) -> None:
         if sim in self.running:
-            self.running.remove(sim)
+            del self.running[sim]
         elif sim in self.waiting:
             self.waiting.remove(sim)
 
@@ -121,30 +121,38 @@ class SimEngine:
             raise
 
     async def _clock(self) -> None:
-        """The batch clock: one iteration per engine step while work remains."""
+        """The batch clock: one iteration per engine step while work remains.
+
+        Steps end at absolute deadlines (the sum of modelled step times since
+        the engine got busy), so the time spent handing out tokens and writing
+        responses does not slow the simulated GPU down."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time()
         while self.running or self.waiting:
             admitted = self._fill_batch()
             prefill = sum(sim.prompt_tokens for sim in admitted)
             decoding = [sim for sim in self.running if sim not in admitted]
             seconds = step_seconds(self.kind, len(decoding), prefill, self.params)
-            await asyncio.sleep(seconds * self.time_scale)
+            deadline = max(deadline + seconds * self.time_scale, loop.time() - 0.1)
+            await asyncio.sleep(max(0.0, deadline - loop.time()))
             self.steps += 1
             # A request admitted this step gets its first token from the prefill.
             for sim in admitted:
                 self._emit(sim, 1)
+            still_running = [sim for sim in decoding if sim in self.running]
             if self.kind == "speculative":
-                self._speculative_step([s for s in decoding if s in self.running])
+                self._speculative_step(still_running)
             else:
-                for sim in decoding:
+                for sim in still_running:
                     self._emit(sim, 1)
 
-    def _fill_batch(self) -> list[SimRequest]:
-        admitted = []
+    def _fill_batch(self) -> set[SimRequest]:
+        admitted = set()
         while self.waiting and len(self.running) < self.params.max_num_seqs:
             sim = self.waiting.popleft()
-            self.running.append(sim)
+            self.running[sim] = None
             sim.request.mark_running()
-            admitted.append(sim)
+            admitted.add(sim)
         return admitted
 
     def _speculative_step(self, batch: list[SimRequest]) -> None:
@@ -175,4 +183,4 @@ class SimEngine:
                   prompt_tokens=prompt)  # fmt: skip
         )
         if done:
-            self.running.remove(sim)
+            del self.running[sim]
