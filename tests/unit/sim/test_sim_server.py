@@ -100,7 +100,7 @@ def test_hot_sampling_accepts_less(serve) -> None:
 
 
 def test_concurrent_requests_share_the_batch_clock(serve) -> None:
-    server, engine = serve("standard")
+    server, engine = serve("standard", time_scale=1.0)  # 10 ms steps: the requests overlap
     replies: list[int] = []
 
     def one() -> None:
