@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import random
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator
 
@@ -34,10 +36,11 @@ class RequestIdMiddleware:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        self.rng = random.Random(os.urandom(16))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            scope.setdefault("state", {})["request_id"] = request_id(Request(scope))
+            scope.setdefault("state", {})["request_id"] = request_id(Request(scope), self.rng)
         await self.app(scope, receive, send)
 
 

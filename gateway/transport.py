@@ -47,6 +47,7 @@ class Connection(asyncio.Protocol):
         self.status = 0
         self.headers_done = False
         self.complete = False
+        self.keep_alive = False
         self.received_any = False
         self.chunks: list[bytes] = []
         self.buffered = 0
@@ -86,6 +87,8 @@ class Connection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def on_message_complete(self) -> None:
+        # Ask now: once the callback returns the parser resets for the next message.
+        self.keep_alive = self.parser.should_keep_alive()
         self.complete = True
 
     # -- used by the transport
@@ -96,7 +99,7 @@ class Connection(asyncio.Protocol):
         self.transport.write(data)
 
     def reusable(self) -> bool:
-        return self.complete and not self.closed and self.error is None and self.parser.should_keep_alive()
+        return self.complete and self.keep_alive and not self.closed and self.error is None
 
     async def wait_headers(self, timeout: float | None) -> None:
         while not self.headers_done:

@@ -1,0 +1,193 @@
+"""The proxy's HTTP/1.1 transport against real servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import httpx
+import pytest
+
+from gateway.transport import PooledTransport
+from tests.fakes.vllm import FakeVllm
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class RawServer:
+    """A scripted HTTP server: counts connections, answers with `handler`."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+
+    async def __aenter__(self) -> str:
+        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.connections += 1
+            try:
+                await self.handler(reader, writer)
+            finally:
+                writer.close()
+
+        self.server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.close()
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return head + await reader.readexactly(length)
+
+
+def request(url: str, read: float = 5.0) -> httpx.Request:
+    return httpx.Request("POST", url + "/v1/x", content=b"{}",
+                         extensions={"timeout": {"connect": 2, "read": read, "pool": 2}})
+
+
+async def exchange(transport: PooledTransport, url: str, read: float = 5.0) -> tuple[int, bytes]:
+    response = await transport.handle_async_request(request(url, read))
+    try:
+        return response.status_code, await response.aread()
+    finally:
+        await response.aclose()
+
+
+def test_keep_alive_connections_are_reused():
+    async def main() -> None:
+        async def handler(reader, writer):
+            while True:
+                try:
+                    await read_request(reader)
+                except asyncio.IncompleteReadError:
+                    return
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+
+        server = RawServer(handler)
+        async with server as url:
+            transport = PooledTransport()
+            for _ in range(5):
+                results = await asyncio.gather(*(exchange(transport, url) for _ in range(8)))
+                assert results == [(200, b"ok")] * 8
+            assert server.connections == 8  # one per concurrent request, reused five times
+            await transport.aclose()
+
+    asyncio.run(main())
+
+
+def test_chunked_and_connection_close_responses():
+    async def main() -> None:
+        async def handler(reader, writer):
+            await read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+                         b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+            await writer.drain()
+
+        server = RawServer(handler)
+        async with server as url:
+            transport = PooledTransport()
+            assert await exchange(transport, url) == (200, b"hello world")
+            assert await exchange(transport, url) == (200, b"hello world")
+            assert server.connections == 2  # "connection: close" is honoured
+            await transport.aclose()
+
+    asyncio.run(main())
+
+
+def test_idle_connection_closed_by_the_server_is_replaced():
+    async def main() -> None:
+        async def handler(reader, writer):
+            await read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+            # then close without saying so: the pooled connection goes stale
+
+        server = RawServer(handler)
+        async with server as url:
+            transport = PooledTransport()
+            for _ in range(3):
+                assert await exchange(transport, url) == (200, b"ok")
+                await asyncio.sleep(0.05)
+            assert server.connections == 3
+            await transport.aclose()
+
+    asyncio.run(main())
+
+
+def test_server_closing_mid_response_is_a_protocol_error():
+    async def main() -> None:
+        async def handler(reader, writer):
+            await read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly part")
+            await writer.drain()
+
+        async with RawServer(handler) as url:
+            transport = PooledTransport()
+            response = await transport.handle_async_request(request(url))
+            with pytest.raises(httpx.RemoteProtocolError):
+                await response.aread()
+            await response.aclose()
+            await transport.aclose()
+
+    asyncio.run(main())
+
+
+def test_read_timeout_and_connect_error():
+    async def main() -> None:
+        async def handler(reader, writer):
+            await read_request(reader)
+            await asyncio.sleep(2)
+
+        async with RawServer(handler) as url:
+            transport = PooledTransport()
+            with pytest.raises(httpx.ReadTimeout):
+                await exchange(transport, url, read=0.2)
+            with pytest.raises(httpx.ConnectError):
+                await exchange(transport, "http://127.0.0.1:9")
+            await transport.aclose()
+
+    asyncio.run(main())
+
+
+def test_pool_limit_makes_requests_wait_then_time_out():
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def handler(reader, writer):
+            await read_request(reader)
+            await release.wait()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+
+        async with RawServer(handler) as url:
+            transport = PooledTransport(httpx.Limits(max_connections=1))
+            first = asyncio.ensure_future(exchange(transport, url))
+            await asyncio.sleep(0.1)
+            blocked = httpx.Request("POST", url + "/v1/x", content=b"{}",
+                                    extensions={"timeout": {"pool": 0.2, "read": 5, "connect": 2}})
+            with pytest.raises(httpx.PoolTimeout):
+                await transport.handle_async_request(blocked)
+            release.set()
+            assert await first == (200, b"ok")
+            await transport.aclose()
+
+    asyncio.run(main())
+
+
+def test_streams_from_a_real_server_through_httpx():
+    async def main(url: str) -> None:
+        async with httpx.AsyncClient(transport=PooledTransport()) as client:
+            body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+            async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
+                lines = [line async for line in response.aiter_lines() if line]
+            assert lines[-1] == "data: [DONE]"
+            health = await client.get(url + "/health")
+            assert health.status_code == 200
+
+    with FakeVllm() as fake:
+        asyncio.run(main(fake.url))
