@@ -154,7 +154,7 @@ def create_openai_app(
         return Response(status_code=200 if healthy() else 503)
 
     async def metrics_endpoint(request: Request) -> Response:
-        payload, content_type = metrics.render()
+        payload, content_type = metrics.render(request.headers.get("accept", ""))
         return Response(payload, headers={"Content-Type": content_type})
 
     async def http_error(request: Request, exc: Exception) -> Response:

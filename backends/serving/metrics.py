@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder
 
 # vllm/v1/metrics/buckets.py
 REQUEST_LATENCY_BUCKETS = (
@@ -193,6 +193,13 @@ class VllmMetrics:
         for gap in inter_token_seconds:
             self.inter_token_latency.observe(gap)
 
-    def render(self) -> tuple[bytes, str]:
-        """The Prometheus text exposition and its content type."""
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+    def render(self, accept: str = "") -> tuple[bytes, str]:
+        """The exposition and its content type, negotiated from an `Accept`
+        header as vLLM's `/metrics` does (OpenMetrics for Prometheus scrapes
+        that ask for it, the classic text format otherwise).
+
+        Like vLLM's, OpenMetrics samples then carry `vllm_` instead of `vllm:`
+        (prometheus_client escapes the colon in sample names), so Prometheus
+        stores `vllm_*` series unless its scrape config relabels them back."""
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type

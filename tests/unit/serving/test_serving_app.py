@@ -213,3 +213,17 @@ def test_background_server_lifespan_and_graceful_stop(generator: ScriptedGenerat
     server.stop(graceful=True)
     caller.join(10)
     assert replies == [200] and events == ["startup", "shutdown"]
+
+
+def test_metrics_negotiate_openmetrics_like_vllm(server: BackgroundServer) -> None:
+    accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+    scraped = httpx.get(f"{server.url}/metrics", headers={"accept": accept})
+    assert scraped.headers["content-type"].startswith("application/openmetrics-text")
+    assert scraped.text.rstrip().endswith("# EOF")
+    # As from vLLM itself with this prometheus_client: OpenMetrics samples get
+    # "vllm_" names (client_python issue 1177), so a Prometheus that scrapes
+    # with OpenMetrics stores vllm_* series unless its config relabels them.
+    assert "# TYPE vllm:spec_decode_num_drafts counter" in scraped.text
+    assert 'vllm_spec_decode_num_drafts_total{engine="0",model_name="M"} 0.0' in scraped.text
+    plain = httpx.get(f"{server.url}/metrics")
+    assert plain.headers["content-type"].startswith("text/plain")
