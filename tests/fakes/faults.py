@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,6 +41,13 @@ class Faults:
     first_byte_delay: float = 0.0
     cut_count: int = 0
     cut_after_events: int = 1
+    # Random faults, drawn from the seeded `rng` for requests no counted fault claimed.
+    fail_rate: float = 0.0
+    slow_rate: float = 0.0
+    slow_seconds: float = 0.0
+    cut_rate: float = 0.0
+    rng: random.Random = field(default_factory=random.Random)
+    injected: dict[str, int] = field(default_factory=dict)  # random faults dealt, by kind
 
     def take(self) -> tuple[int | None, float, int | None]:
         """Claim this request's faults: (error status, first-byte delay, cut after N events)."""
@@ -54,7 +62,19 @@ class Faults:
             if self.cut_count:
                 self.cut_count -= 1
                 cut = self.cut_after_events
+            if status is None and self._draw(self.fail_rate, "fail"):
+                status = self.fail_status
+            if delay is None and self._draw(self.slow_rate, "slow"):
+                delay = self.slow_seconds
+            if cut is None and status is None and self._draw(self.cut_rate, "cut"):
+                cut = self.cut_after_events
             return status, delay or 0.0, cut
+
+    def _draw(self, rate: float, kind: str) -> bool:
+        if rate <= 0.0 or self.rng.random() >= rate:
+            return False
+        self.injected[kind] = self.injected.get(kind, 0) + 1
+        return True
 
 
 class StreamCut(Exception):

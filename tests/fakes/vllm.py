@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import random
 import re
+import signal
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -140,8 +143,9 @@ class FakeVllm:
         self.disconnects: list[Disconnect] = []
         self._disconnected = threading.Event()
         app = create_openai_app(
-            FakeGenerator(self), self.metrics, model, healthy=lambda: self.healthy
-        )
+            FakeGenerator(self), self.metrics, model, max_model_len=2048,
+            healthy=lambda: self.healthy,
+        )  # fmt: skip
         self._injector = FaultInjector(app, self.faults)
         self._server = BackgroundServer(self._injector, host=host, port=port)
 
@@ -262,6 +266,26 @@ class FakeVllm:
             self.faults.cut_count = count
             self.faults.cut_after_events = after_events
 
+    def faults_at_random(
+        self,
+        seed: int | None = None,
+        fail_rate: float = 0.0,
+        fail_status: int = 500,
+        slow_rate: float = 0.0,
+        slow_seconds: float = 0.0,
+        cut_rate: float = 0.0,
+        cut_after_events: int = 2,
+    ) -> None:
+        """From now on each /v1 request fails (`fail_status`), sends nothing for
+        `slow_seconds`, or is cut after `cut_after_events` body writes, each with
+        its rate, drawn from a RNG seeded with `seed`. `faults.injected` counts
+        what was dealt."""
+        with self.faults.lock:
+            self.faults.rng = random.Random(seed)
+            self.faults.fail_rate, self.faults.fail_status = fail_rate, fail_status
+            self.faults.slow_rate, self.faults.slow_seconds = slow_rate, slow_seconds
+            self.faults.cut_rate, self.faults.cut_after_events = cut_rate, cut_after_events
+
     def set_healthy(self, healthy: bool) -> None:
         """`GET /health` answers 200 when healthy, else 503."""
         self.healthy = healthy
@@ -305,6 +329,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=Script.chunks)
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each chunk")
     parser.add_argument("--spec-acceptance", type=float, default=None)
+    faults = parser.add_argument_group("random faults (soak tests)")
+    faults.add_argument("--seed", type=int, default=None, help="seed of the fault RNG")
+    faults.add_argument("--fail-rate", type=float, default=0.0, help="share of /v1 requests that fail")
+    faults.add_argument("--fail-status", type=int, default=500, help="status of a failed request")
+    faults.add_argument("--slow-rate", type=float, default=0.0,
+                        help="share of /v1 requests whose first byte is late")
+    faults.add_argument("--slow-seconds", type=float, default=0.0, help="how late a slow first byte is")
+    faults.add_argument("--cut-rate", type=float, default=0.0,
+                        help="share of /v1 responses whose connection drops mid-body")
+    faults.add_argument("--cut-after", type=int, default=2, help="body writes sent before a cut")
+    faults.add_argument("--record", default=None, metavar="PATH",
+                        help="on exit, write the /v1 arrival times (time.monotonic) and the "
+                        "faults dealt to PATH as JSON")
     args = parser.parse_args(argv)
     fake = FakeVllm(
         args.model,
@@ -314,18 +351,23 @@ def main(argv: list[str] | None = None) -> int:
         spec_acceptance=args.spec_acceptance,
         script=Script(text=args.text, chunks=args.chunks, delay=args.delay),
     )
+    fake.faults_at_random(args.seed, args.fail_rate, args.fail_status, args.slow_rate,
+                          args.slow_seconds, args.cut_rate, args.cut_after)
     fake.start()
     print(f"fake vLLM ({args.kind}) serving {args.model} on {fake.url}", flush=True)
-    stop = threading.Event()
+    # SIGTERM ends the process like Ctrl-C: the server stops, then we exit.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        import signal
-
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        stop.wait()
+        while True:
+            signal.pause()
     except KeyboardInterrupt:
         pass
     finally:
         fake.stop()
+        if args.record:
+            arrivals = [r.received_at for r in fake.completion_requests()]
+            with open(args.record, "w") as out:
+                json.dump({"arrivals": arrivals, "faults": fake.faults.injected}, out)
     return 0
 
 

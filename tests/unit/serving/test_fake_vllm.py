@@ -208,3 +208,20 @@ def test_fake_as_a_process_can_be_killed_and_restarted() -> None:
             httpx.get(f"{proc.url}/health")
         proc.start()
         assert httpx.post(f"{proc.url}/v1/completions", json=ask).status_code == 200
+
+
+def test_random_faults_are_seeded_and_counted(fake: FakeVllm) -> None:
+    fake.faults_at_random(seed=3, fail_rate=0.5, fail_status=503)
+    statuses = [
+        httpx.post(f"{fake.url}/v1/chat/completions", json=CHAT).status_code for _ in range(20)
+    ]
+    assert set(statuses) == {200, 503}
+    assert fake.faults.injected == {"fail": statuses.count(503)}
+
+
+def test_process_fake_stops_on_sigterm_and_records(tmp_path) -> None:
+    record = tmp_path / "record.json"
+    proc = FakeVllmProcess("--record", str(record)).start()
+    httpx.post(f"{proc.url}/v1/completions", json={"model": "fake-model", "prompt": "x"})
+    proc.terminate()  # waits for the exit; a hang would raise TimeoutExpired
+    assert len(json.loads(record.read_text())["arrivals"]) == 1
