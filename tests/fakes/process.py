@@ -1,4 +1,5 @@
-"""A fake vLLM in a child process, for tests that kill and restart backends."""
+"""A fake vLLM in a child process, for tests that kill and restart backends,
+and the two helpers any test that runs a project module as a process needs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -19,6 +21,30 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def free_port(host: str = "127.0.0.1") -> int:
     with bind_socket(host, 0) as sock:
         return sock.getsockname()[1]
+
+
+def spawn_module(module: str, *args: str, **popen: Any) -> subprocess.Popen[bytes]:
+    """`python -m module args...` from the repository root, importable as in tests."""
+    python_path = [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in python_path if p)}
+    env.update(popen.pop("env", {}))
+    popen.setdefault("stdout", subprocess.DEVNULL)
+    return subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO_ROOT, env=env, **popen)
+
+
+def wait_until_ok(url: str, process: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    """Poll `url` until it answers 200; raise if the process exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
+        try:
+            if httpx.get(url, timeout=0.5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} did not answer 200 within {timeout} s")
 
 
 class FakeVllmProcess:
@@ -38,23 +64,14 @@ class FakeVllmProcess:
         return f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 20.0) -> FakeVllmProcess:
-        python_path = [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in python_path if p)}
-        command = [sys.executable, "-m", "tests.fakes.vllm", "--host", self.host]
-        command += ["--port", str(self.port), *self.args]
-        self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"fake vLLM exited with {self.process.returncode}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=0.5).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        self.kill()
-        raise RuntimeError(f"fake vLLM on {self.url} did not become healthy")
+        address = ("--host", self.host, "--port", str(self.port))
+        self.process = spawn_module("tests.fakes.vllm", *address, *self.args)
+        try:
+            wait_until_ok(f"{self.url}/health", self.process, timeout)
+        except RuntimeError:
+            self.kill()
+            raise
+        return self
 
     def kill(self) -> None:
         """SIGKILL: connections drop without a goodbye, like a crashed backend."""

@@ -4,14 +4,10 @@ clock, spec-decode counters, load gauges, and the `specgate sim` command."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import openai
@@ -21,10 +17,9 @@ from backends.serving.server import BackgroundServer
 from backends.sim.engine import SimEngine
 from backends.sim.model import SimParams, acceptance, expected_acceptance_rate
 from backends.sim.server import create_sim_app
-from tests.fakes.process import free_port
+from tests.fakes.process import free_port, spawn_module, wait_until_ok
 
 LABELS = '{engine="0",model_name="sim"}'
-REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -143,21 +138,11 @@ def test_streaming_and_waiting_beyond_the_batch_cap(serve) -> None:
 
 def test_specgate_sim_command_serves_the_openai_api() -> None:
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    command = [sys.executable, "-m", "gateway.cli", "sim", "--kind", "speculative",
-               "--port", str(port), "--model", "sim", "--time-scale", "0.01"]  # fmt: skip
-    process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL)
+    process = spawn_module("gateway.cli", "sim", "--kind", "speculative", "--port", str(port),
+                           "--model", "sim", "--time-scale", "0.01")  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise
-                time.sleep(0.05)
+        wait_until_ok(f"{url}/health", process)
         reply = chat(url, max_tokens=10, content="def f(x): return x")
         assert reply.usage.completion_tokens == 10
         assert metric(url, "vllm:spec_decode_num_drafts_total") > 0
