@@ -56,6 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULTS.output_tokens,
         help="answer length when max_tokens does not cut it shorter (default: %(default)s)",
     )
+    parser.add_argument(
+        "--draft-quality",
+        type=float,
+        default=DEFAULTS.draft_quality,
+        help="multiply every draft acceptance; e.g. 0.6 models a weak draft whose "
+        "acceptance trips the guard (default: %(default)s)",
+    )
     parser.add_argument("--seed", type=int, default=None, help="seed for acceptance draws")
     parser.add_argument(
         "--log-level", default="warning", help="uvicorn log level (default: %(default)s)"
@@ -70,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
     from backends.serving.server import bind_socket, uvicorn_config
     from backends.sim.server import create_sim_app
 
-    for name in ("time_scale", "num_speculative_tokens", "max_num_seqs", "output_tokens"):
+    names = ("time_scale", "num_speculative_tokens", "max_num_seqs", "output_tokens",
+             "draft_quality")  # fmt: skip
+    for name in names:
         if getattr(args, name) <= 0:
             raise SystemExit(f"specgate sim: --{name.replace('_', '-')} must be positive")
     params = dataclasses.replace(
@@ -78,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         num_speculative_tokens=args.num_speculative_tokens,
         max_num_seqs=args.max_num_seqs,
         output_tokens=args.output_tokens,
+        draft_quality=args.draft_quality,
     )
     app, _ = create_sim_app(
         args.kind, args.model, params=params, time_scale=args.time_scale, seed=args.seed

@@ -36,6 +36,7 @@ EAGLE-style one-layer draft head, 3 speculative tokens):
 | `max_num_seqs` | 256 | vLLM's default cap on sequences per batch; the rest wait |
 | `output_tokens` | 256 | natural answer length when `max_tokens` allows it |
 | `default_temperature` | 1.0 | vLLM's default when a request omits `temperature` |
+| `draft_quality` | 1.0 | multiplies every acceptance; below 1 models a weaker draft (a what-if knob, not a measurement) |
 
 With these numbers the model gives 1.4-2.5x speedups at batch 1 (chat at
 temperature 2 up to code at temperature 0) and 0.55-0.97x at batch 256
@@ -90,13 +91,15 @@ class SimParams:
     max_num_seqs: int = 256
     output_tokens: int = 256
     default_temperature: float = 1.0
+    draft_quality: float = 1.0
 
 
 def acceptance(domain: str, temperature: float, params: SimParams = SimParams()) -> float:
     """Per-token draft acceptance `a` for a domain and temperature (clipped to [0, 2])."""
     base = params.base_acceptance.get(domain, params.base_acceptance["chat"])
     t = min(max(temperature, 0.0), 2.0)
-    return max(0.0, min(0.99, base * (1.0 - params.temperature_slope * t)))
+    a = base * params.draft_quality * (1.0 - params.temperature_slope * t)
+    return max(0.0, min(0.99, a))
 
 
 def expected_tokens_per_step(a: float, num_speculative_tokens: int) -> float:

@@ -84,3 +84,11 @@ def test_domain_classifier() -> None:
     assert classify("```python\ndef add(a, b):\n    return a + b\n```") == "code"
     assert classify("Solve for x: 3x + 4 = 19") == "math"
     assert classify("What should I cook tonight?") == "chat"
+
+
+def test_draft_quality_scales_acceptance() -> None:
+    weak = SimParams(draft_quality=0.6)
+    for domain in DOMAINS:
+        assert acceptance(domain, 0.0, weak) == pytest.approx(0.6 * acceptance(domain, 0.0))
+        # weak enough that vLLM's acceptance rate sits below the guard's 0.4 trip point
+        assert expected_acceptance_rate(acceptance(domain, 0.0, weak), 3) < 0.4
