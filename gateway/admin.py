@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -21,7 +22,8 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 class AdminAPI:
     def __init__(self, token: str | None, proxy: ProxyEndpoints, flags: FlagStore,
-                 reloader: PolicyReloader) -> None:
+                 reloader: PolicyReloader, guard_status: Callable[[], dict[str, Any]] | None = None) -> None:
+        self.guard_status = guard_status
         self._token = token.encode() if token else None
         self.proxy = proxy
         self.flags = flags
@@ -32,6 +34,7 @@ class AdminAPI:
             Route("/admin/explain", self._guarded(self.explain), methods=["POST"]),
             Route("/admin/flags", self._guarded(self.get_flags), methods=["GET"]),
             Route("/admin/flags/{pool}", self._guarded(self.put_flag), methods=["PUT"]),
+            Route("/admin/guard", self._guarded(self.get_guard), methods=["GET"]),
             Route("/admin/policy", self._guarded(self.get_policy), methods=["GET"]),
             Route("/admin/policy/reload", self._guarded(self.reload), methods=["POST"]),
         ]
@@ -72,6 +75,12 @@ class AdminAPI:
             raise InvalidRequest("'mode' must be one of auto, force_on, force_off", param="mode") from None
         flag = self.flags.set_mode(pool, mode, reason=f"admin:{mode.value}")
         return JSONResponse({pool: flag.to_json()})
+
+    async def get_guard(self, request: Request) -> Response:
+        """The guard's last signals and state machine counters, per speculative pool."""
+        if self.guard_status is None:
+            raise NotFound("this gateway runs no guard")
+        return JSONResponse(self.guard_status())
 
     async def get_policy(self, request: Request) -> Response:
         policy = self.proxy.runtime.policy

@@ -22,13 +22,17 @@ from gateway.admin import AdminAPI
 from gateway.auth import ClientKeys
 from gateway.endpoints import ProxyEndpoints, request_id
 from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound, error_body
-from gateway.flags import FlagStore, PoolFlag
+from gateway.flag_file import FlagFile
+from gateway.flags import FlagStore, PoolFlag, reason_word
+from gateway.guard import Guard
 from gateway.metrics import GatewayMetrics
 from gateway.policy import Policy, load_policy
 from gateway.pools import Endpoint, HealthMonitor, Pool
 from gateway.reload import PolicyReloader
 from gateway.runtime import Runtime
 from gateway.settings import Settings
+from gateway.signals import PrometheusSource, ScrapeSource
+from gateway.traffic import ClassLatency
 
 
 class RequestIdMiddleware:
@@ -50,7 +54,8 @@ def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
     runtime = Runtime(policy)
     flags = FlagStore(speculative_pools(policy))
     keys = ClientKeys.load(settings.api_keys, settings.api_keys_file)
-    proxy = ProxyEndpoints(settings, runtime, flags, metrics, keys)
+    class_latency = ClassLatency()
+    proxy = ProxyEndpoints(settings, runtime, flags, metrics, keys, class_latency=class_latency)
     log = structlog.get_logger("specgate")
     health = HealthMonitor(httpx.AsyncClient(trust_env=False))
 
@@ -60,23 +65,34 @@ def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
         _watch_pools(runtime, metrics, health)
 
     reloader = PolicyReloader(settings.policy, apply, metrics)
-    admin = AdminAPI(settings.admin_token, proxy, flags, reloader)
+    sources = {"scrape": ScrapeSource()}
+    if settings.prometheus_url:
+        sources["prometheus"] = PrometheusSource(settings.prometheus_url)
+    guard = Guard(runtime, flags, metrics, sources, class_latency=class_latency)
+    admin = AdminAPI(settings.admin_token, proxy, flags, reloader, guard_status=guard.status)
 
     def record_flag(pool: str, before: PoolFlag, after: PoolFlag) -> None:
         metrics.speculative_enabled.labels(pool).set(int(after.routable))
         if before.routable != after.routable:
-            metrics.flag_flips.labels(pool, after.reason.split(":")[0]).inc()
+            metrics.flag_flips.labels(pool, reason_word(after.reason)).inc()
         log.info("flag_changed", pool=pool, mode=after.mode.value, enabled=after.routable,
-                 reason=after.reason)
+                 reason=after.reason, evidence=dict(after.evidence),
+                 disabled_classes=sorted(after.disabled_classes))
 
     flags.add_listener(record_flag)
+    flag_file = FlagFile(settings.flags_file, flags) if settings.flags_file else None
+    if flag_file is not None:
+        flag_file.restore()
     for name, flag in flags.snapshot().items():
         metrics.speculative_enabled.labels(name).set(int(flag.routable))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         _watch_pools(runtime, metrics, health)
-        tasks = [asyncio.create_task(reloader.watch(settings.policy_watch_interval_s))]
+        tasks = [asyncio.create_task(reloader.watch(settings.policy_watch_interval_s)),
+                 asyncio.create_task(guard.run())]
+        if flag_file is not None:
+            tasks.append(asyncio.create_task(flag_file.watch(settings.policy_watch_interval_s)))
         with _signal(signal.SIGHUP, reloader.reload_quietly):
             try:
                 yield
@@ -84,6 +100,10 @@ def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
+                if flag_file is not None:
+                    await flag_file.flush()
+                for source in sources.values():
+                    await source.aclose()
                 await health.stop()
                 await health.client.aclose()
                 await runtime.aclose()
@@ -123,6 +143,7 @@ def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
     app.state.metrics = metrics
     app.state.proxy = proxy
     app.state.reloader = reloader
+    app.state.guard = guard
     return app
 
 

@@ -27,6 +27,7 @@ from gateway.relay import Exchange, Outcome, RelayTimeouts
 from gateway.routing import Decision, decide
 from gateway.runtime import Runtime
 from gateway.settings import Settings
+from gateway.traffic import ClassLatency, TokenMeter, traffic_class
 
 CLIENT_KEY_HEADERS = frozenset({"authorization", "x-api-key"})
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
@@ -62,8 +63,9 @@ class Routed:
 class ProxyEndpoints:
     def __init__(self, settings: Settings, runtime: Runtime, flags: FlagStore,
                  metrics: GatewayMetrics, keys: ClientKeys | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, class_latency: ClassLatency | None = None) -> None:
         self.settings = settings
+        self.class_latency = class_latency
         self.keys = keys or ClientKeys({})
         self.runtime = runtime
         self.flags = flags
@@ -105,7 +107,7 @@ class ProxyEndpoints:
         timeouts = pool.spec.timeouts
         header_timeout = timeouts.first_byte_s if routed.features.stream else timeouts.total_s
         return self._exchange(request, pool, routed.decision.rule, path, raw, header_timeout, degraded,
-                              started)
+                              started, traffic=self._traffic_class(routed.features))
 
     async def passthrough(self, request: Request) -> ASGIApp:
         """Any other /v1/* path goes to the policy's default pool as it is."""
@@ -172,7 +174,8 @@ class ProxyEndpoints:
         return request_headers(request.headers.items(), extra, drop)
 
     def _exchange(self, request: Request, pool: Pool, rule: str, path: str, raw: bytes,
-                  header_timeout_s: float, degraded: bool, started: float, method: str = "POST") -> Exchange:
+                  header_timeout_s: float, degraded: bool, started: float, method: str = "POST",
+                  traffic: str | None = None) -> Exchange:
         rid = request.state.request_id
         headers = self._upstream_headers(request, pool, rid)
         in_flight = self.metrics.in_flight.labels(pool.name)
@@ -180,8 +183,9 @@ class ProxyEndpoints:
         def open_upstream() -> Awaitable[Opened]:
             in_flight.inc()
             self.metrics.overhead.observe(time.perf_counter() - started)
-            return self.forwarder.open(pool, path, headers, raw, method=method,
-                                       header_timeout_s=header_timeout_s, degraded=degraded)
+            opening = self.forwarder.open(pool, path, headers, raw, method=method,
+                                          header_timeout_s=header_timeout_s, degraded=degraded)
+            return opening if traffic is None else _metered(opening)
 
         def finish(outcome: Outcome) -> None:
             duration = time.perf_counter() - started
@@ -199,6 +203,8 @@ class ProxyEndpoints:
                     self._count_error(pool, "stream_cut")
                 self.metrics.ttfb.labels(pool.name).observe(opened.ttfb_s)
                 fields.update(endpoint=opened.lease.endpoint.url, ttfb=round(opened.ttfb_s, 6))
+                if traffic is not None and outcome.ok and isinstance(opened.response.stream, TokenMeter):
+                    self._record_tpot(traffic, pool, opened.response.stream)
             if outcome.error is not None:
                 fields["error"] = outcome.error.code or outcome.error.error_type
             self.log.info("request", **fields)
@@ -209,9 +215,31 @@ class ProxyEndpoints:
         extra = {"x-specgate-pool": pool.name, "x-specgate-rule": rule, "x-request-id": rid}
         return Exchange(open_upstream, extra, relay_timeouts, finish)
 
+    def _traffic_class(self, features: Features) -> str | None:
+        """The class a streamed answer's token timing is kept under; None when
+        not measured (no stream, or a domain the policy does not define)."""
+        spec = self.runtime.policy.spec
+        if self.class_latency is None or not features.stream or not spec.guard.classes.enabled:
+            return None
+        if features.domain != spec.default_domain and features.domain not in spec.domains:
+            return None  # an x-specgate-domain header value: unbounded, not kept
+        return traffic_class(features.domain, features.temperature)
+
+    def _record_tpot(self, traffic: str, pool: Pool, meter: TokenMeter) -> None:
+        seconds = meter.time_per_token()
+        if seconds is not None and self.class_latency is not None and pool.name in self.runtime.pools:
+            self.class_latency.record(traffic, pool.name, seconds)
+
     def _count_error(self, pool: Pool, kind: str) -> None:
         self.metrics.upstream_errors.labels(pool.name, kind).inc()
 
     def _count_retry(self, pool: Pool) -> None:
         self.metrics.retries.labels(pool.name).inc()
 
+
+async def _metered(opening: Awaitable[Opened]) -> Opened:
+    """Count a streamed answer's events on their way through (see traffic.TokenMeter)."""
+    opened = await opening
+    if opened.response.headers.get("content-type", "").startswith("text/event-stream"):
+        opened.response.stream = TokenMeter(opened.response.stream)
+    return opened

@@ -15,10 +15,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from types import MappingProxyType
 from typing import Any
+
+
+# The bounded words flips are counted by (specgate_flag_flips_total{reason}).
+FLIP_REASONS = frozenset({"initial", "low_acceptance", "latency_regression", "recovered", "stale",
+                          "admin", "file", "restored", "manual"})
+
+
+def reason_word(reason: str) -> str:
+    """The metric label for a flag reason: its first word when known, else `manual`."""
+    word = reason.split(":", 1)[0].strip()
+    return word if word in FLIP_REASONS else "manual"
 
 
 class Mode(str, Enum):
@@ -33,6 +44,8 @@ class PoolFlag:
     guard_enabled: bool = True
     reason: str = "initial"
     changed_at: float = 0.0
+    disabled_classes: frozenset[str] = frozenset()  # traffic classes the guard keeps off the pool
+    evidence: Mapping[str, float] = field(default_factory=dict, compare=False)  # numbers behind the reason
 
     @property
     def routable(self) -> bool:
@@ -42,8 +55,13 @@ class PoolFlag:
     def probing(self) -> bool:
         return self.mode is Mode.AUTO and not self.guard_enabled
 
+    def class_off(self, traffic_class: str) -> bool:
+        """The guard took this class off the pool (auto mode only)."""
+        return self.mode is Mode.AUTO and traffic_class in self.disabled_classes
+
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "mode": self.mode.value, "enabled": self.routable}
+        return {**asdict(self), "mode": self.mode.value, "enabled": self.routable,
+                "disabled_classes": sorted(self.disabled_classes), "evidence": dict(self.evidence)}
 
 
 FlagSnapshot = Mapping[str, PoolFlag]
@@ -69,8 +87,13 @@ class FlagStore:
     def set_mode(self, pool: str, mode: Mode, reason: str = "manual") -> PoolFlag:
         return self._update(pool, mode=mode, reason=reason)
 
-    def set_guard(self, pool: str, enabled: bool, reason: str) -> PoolFlag:
-        return self._update(pool, guard_enabled=enabled, reason=reason)
+    def set_guard(self, pool: str, enabled: bool, reason: str,
+                  evidence: Mapping[str, float] | None = None) -> PoolFlag:
+        return self._update(pool, guard_enabled=enabled, reason=reason, evidence=dict(evidence or {}))
+
+    def set_classes(self, pool: str, classes: Iterable[str]) -> PoolFlag:
+        """Traffic classes kept off the pool; the pool's own reason stays."""
+        return self._update(pool, disabled_classes=frozenset(classes))
 
     def sync_pools(self, pools: Iterable[str]) -> None:
         """Keep flags of pools that still exist; add new pools; drop the rest."""
@@ -81,7 +104,8 @@ class FlagStore:
     def _update(self, pool: str, **changes: Any) -> PoolFlag:
         before = self._flags[pool]
         after = replace(before, **changes, changed_at=self._clock())
-        if (after.mode, after.guard_enabled) == (before.mode, before.guard_enabled):
+        if ((after.mode, after.guard_enabled, after.disabled_classes)
+                == (before.mode, before.guard_enabled, before.disabled_classes)):
             return before
         self._flags[pool] = after
         self._snapshot = MappingProxyType(dict(self._flags))

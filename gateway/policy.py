@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.classify import DomainClassifier, DomainRule
 from gateway.conditions import ConditionError, Predicate, compile_condition
@@ -140,12 +140,49 @@ class SpeculativeGuardSpec(Strict):
     probe_fraction: float = Field(0.05, ge=0, le=1)
 
 
+class TargetSpec(Strict):
+    """How PromQL selects a pool's series: `label` matches `value`, where
+    `{endpoints}` stands for the pool's endpoints as host:port and `{pool}`
+    for its name (e.g. label: pool, value: "{pool}" behind relabeling)."""
+    label: str = Field("instance", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+    value: str = "{endpoints}"
+
+
+class ClassGuardSpec(Strict):
+    """Per traffic class (domain x temperature bucket): speculation goes off
+    for a class whose gateway-measured time per output token on the
+    speculative pool is `slower_pct` above the standard pool's."""
+    enabled: bool = False
+    min_samples: int = Field(20, ge=1)  # streamed answers per pool in the window
+    slower_pct: float = Field(10.0, ge=0)
+
+
+GuardQuery = Literal["accept_rate", "mean_accepted_length", "draft_tokens", "itl_p95", "e2e_p95",
+                     "tpot_p95", "running", "waiting"]
+
+
 class GuardSpec(Strict):
     enabled: bool = True
     source: Literal["prometheus", "scrape"] = "scrape"
     interval_s: float = Field(15.0, gt=0)
     window: str = Field("5m", pattern=r"^[0-9]+[smh]$")
     speculative: SpeculativeGuardSpec = SpeculativeGuardSpec()
+    stale_after_s: float | None = Field(None, gt=0)  # unreadable this long: fall back (off: never)
+    baseline_file: str | None = None  # `specgate baseline record` output; else the standard pool
+    latency_metric: Literal["itl", "e2e", "tpot"] = "itl"
+    queries: dict[GuardQuery, str] = {}  # PromQL overrides; $selector, $window, $pool expand
+    target: TargetSpec = TargetSpec()
+    classes: ClassGuardSpec = ClassGuardSpec()
+
+    @property
+    def window_s(self) -> float:
+        return float(self.window[:-1]) * {"s": 1, "m": 60, "h": 3600}[self.window[-1]]
+
+    @model_validator(mode="after")
+    def _queries_need_prometheus(self) -> GuardSpec:
+        if self.queries and self.source != "prometheus":
+            raise ValueError("guard.queries are PromQL: they need source: prometheus")
+        return self
 
 
 class PolicySpec(Strict):

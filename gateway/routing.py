@@ -4,6 +4,8 @@ The first rule whose condition holds names a pool (or the `x-specgate-route`
 header does, when the policy allows it). If that pool's speculation flag is
 off, the request goes down the pool's fallback chain instead, except for the
 probe share (`draw < probe_fraction`, auto mode only) that keeps the guard fed.
+A traffic class the guard took off the pool (auto mode) is treated the same
+way, for that class only.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 from gateway.features import Features
 from gateway.flags import FlagSnapshot
 from gateway.policy import Policy
+from gateway.traffic import traffic_class
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,15 +40,21 @@ class Decision:
 def decide(features: Features, policy: Policy, flags: FlagSnapshot, draw: float = 1.0) -> Decision:
     chosen = _choose(features, policy)
     flag = flags.get(chosen.pool)
-    if flag is None or flag.routable:
+    if flag is None:
         return chosen
-    if flag.probing and draw < policy.spec.guard.speculative.probe_fraction:
+    why, probing = flag.reason, flag.probing
+    if flag.routable:
+        traffic = traffic_class(features.domain, features.temperature) if flag.disabled_classes else ""
+        if not traffic or not flag.class_off(traffic):
+            return chosen
+        why, probing = f"class {traffic} is slower with speculation", True
+    if probing and draw < policy.spec.guard.speculative.probe_fraction:
         return Decision(chosen.pool, chosen.rule,
-                        f"probe: speculation is off ({flag.reason}) but a share still goes",
+                        f"probe: speculation is off ({why}) but a share still goes",
                         probe=True)
     target = _fallback(chosen.pool, policy, flags)
     return Decision(target, chosen.rule,
-                    f"{chosen.reason}; speculation off on '{chosen.pool}' ({flag.reason}), "
+                    f"{chosen.reason}; speculation off on '{chosen.pool}' ({why}), "
                     f"sent to '{target}'")
 
 

@@ -1,0 +1,121 @@
+"""Signals from a Prometheus server's HTTP API (`/api/v1/query`).
+
+Each pool's series are selected by one label matcher (policy `guard.target`):
+by default `instance=~"host:port|..."` built from the pool's endpoint URLs.
+Counters and buckets are read as `increase(...[window])` per instance, so the
+arithmetic afterwards is the same as the scrape source's. Custom PromQL
+(`guard.queries`) replaces single signals; `$selector`, `$window` and `$pool`
+expand in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from string import Template
+from typing import Any
+
+import httpx
+
+from gateway.policy import GuardSpec
+from gateway.signals.model import DIALECTS, PoolSignals, SignalError, Tally, Target, compute, merge
+
+QUERY_SIGNALS = {"accept_rate": "acceptance_rate", "mean_accepted_length": "mean_accepted_length",
+                 "draft_tokens": "volume_tokens", "itl_p95": "itl_p95", "e2e_p95": "e2e_p95",
+                 "tpot_p95": "tpot_p95", "running": "running", "waiting": "waiting"}
+
+
+def selector(target: Target, spec: GuardSpec) -> str:
+    """The label matcher (without braces) that picks the pool's series."""
+    value = spec.target.value
+    if "{endpoints}" in value:
+        value = value.replace("{endpoints}", "|".join(re.escape(a) for a in target.addresses))
+    value = value.replace("{pool}", re.escape(target.pool))
+    return f'{spec.target.label}=~"{_promql_string(value)}"'
+
+
+def _promql_string(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+class PrometheusSource:
+    def __init__(self, url: str, client: httpx.AsyncClient | None = None, timeout_s: float = 5.0) -> None:
+        self.url = url.rstrip("/")
+        self.client = client or httpx.AsyncClient(trust_env=False)
+        self.timeout_s = timeout_s
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def read(self, targets: Sequence[Target], spec: GuardSpec) -> dict[str, PoolSignals]:
+        results = await asyncio.gather(*(self._read_pool(t, spec) for t in targets))
+        return {t.pool: signals for t, signals in zip(targets, results, strict=True)}
+
+    async def _read_pool(self, target: Target, spec: GuardSpec) -> PoolSignals:
+        dialect = DIALECTS[target.dialect]
+        match = selector(target, spec)
+        window = spec.window
+        jobs: list[tuple[str, str, str]] = []  # (kind, role, promql)
+        for role, name in dialect.counters.items():
+            jobs.append(("counters", role, f"sum by (instance) (increase({name}{{{match}}}[{window}]))"))
+        if dialect.per_position:
+            jobs.append(("per_position", "", f"sum by (instance, position) "
+                                             f"(increase({dialect.per_position}{{{match}}}[{window}]))"))
+        for role, name in dialect.latest.items():
+            jobs.append(("latest", role, f"sum by (instance) ({name}{{{match}}})"))
+        for role, name in dialect.averaged.items():
+            jobs.append(("averaged", role, f"avg by (instance) (avg_over_time({name}{{{match}}}[{window}]))"))
+        for metric, name in dialect.histograms.items():
+            jobs.append(("buckets", metric, f"sum by (instance, le) (increase({name}_bucket{{{match}}}[{window}]))"))
+        answers = await asyncio.gather(*(self.query(promql) for _, _, promql in jobs))
+        tallies: dict[str, Tally] = {}
+        for (kind, role, _), vector in zip(jobs, answers, strict=True):
+            for labels, value in vector:
+                tally = tallies.setdefault(labels.get("instance", ""), Tally())
+                if kind == "per_position":
+                    tally.per_position[int(labels.get("position", "0"))] = value
+                elif kind == "buckets":
+                    tally.add_bucket(role, float(labels.get("le", "+Inf")), value)
+                else:
+                    getattr(tally, kind)[role] = value
+        endpoints = {name: compute(tally, dialect) for name, tally in sorted(tallies.items())}
+        signals = compute(merge(tallies.values()), dialect, endpoints)
+        return await self._overridden(signals, target, spec, match)
+
+    async def _overridden(self, signals: PoolSignals, target: Target, spec: GuardSpec,
+                          match: str) -> PoolSignals:
+        if not spec.queries:
+            return signals
+        names = list(spec.queries)
+        texts = [Template(spec.queries[n]).safe_substitute(selector=match, window=spec.window, pool=target.pool)
+                 for n in names]
+        answers = await asyncio.gather(*(self.query(text) for text in texts))
+        changes: dict[str, Any] = {}
+        for name, vector in zip(names, answers, strict=True):
+            values = [value for _, value in vector if not math.isnan(value)]
+            changes[QUERY_SIGNALS[name]] = sum(values) if values else (0.0 if name == "draft_tokens" else None)
+        return replace(signals, **changes)
+
+    async def query(self, promql: str) -> list[tuple[Mapping[str, str], float]]:
+        """An instant query: (labels, value) per series; a scalar answers one unlabelled row."""
+        try:
+            response = await self.client.get(f"{self.url}/api/v1/query", params={"query": promql},
+                                             timeout=self.timeout_s)
+            body = response.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise SignalError(f"prometheus at {self.url} unreachable: {type(exc).__name__}") from None
+        if response.status_code != 200 or body.get("status") != "success":
+            raise SignalError(f"prometheus query failed ({response.status_code}): "
+                              f"{body.get('error', 'no error text')}: {promql}")
+        data = body.get("data", {})
+        if data.get("resultType") == "scalar":
+            return [({}, float(data["result"][1]))]
+        rows = []
+        for series in data.get("result", []):
+            value = float(series["value"][1])
+            if not math.isnan(value):
+                rows.append((series.get("metric", {}), value))
+        return rows

@@ -1,0 +1,195 @@
+"""The guard's state machine, driven by a fake clock and scripted signals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.features import extract_features
+from gateway.flags import Mode, reason_word
+from gateway.routing import decide
+from tests.unit.guard.conftest import make_policy, signals
+
+GOOD, LOW, THIN = signals(0.8), signals(0.2), signals(0.2, volume=50)
+
+
+def test_trips_after_three_consecutive_low_acceptance_checks(rig_for):
+    rig = rig_for()
+    rig.check(LOW)
+    rig.check(LOW)
+    assert rig.enabled, "two bad checks are not enough"
+    rig.check(LOW)
+    assert not rig.enabled
+    flag = rig.flags.get("speculative")
+    assert reason_word(flag.reason) == "low_acceptance" and "0.200" in flag.reason
+    assert flag.evidence["acceptance_rate"] == 0.2 and flag.evidence["checks"] == 3
+    assert rig.guard_up() == 1
+
+
+@pytest.mark.parametrize("sequence, enabled", [
+    (["low", "low", "good", "low", "low"], True),  # a good check breaks the streak
+    (["low", "low", "mid", "low", "low"], True),  # so does one between the thresholds
+    (["low", "thin", "low", "thin", "low"], False),  # thin data neither counts nor breaks
+    (["thin"] * 10, True),  # never flips on noise
+    (["none"] * 5, True),  # no speculative traffic at all
+])
+def test_streaks(rig_for, sequence, enabled):
+    rig = rig_for()
+    cases = {"low": LOW, "good": GOOD, "mid": signals(0.5), "thin": THIN,
+             "none": signals(acceptance=None, volume=0)}
+    for name in sequence:
+        rig.check(cases[name])
+    assert rig.enabled is enabled
+    if "thin" in sequence[-1:]:
+        assert rig.guard.status()["pools"]["speculative"]["enough_data"] is False
+
+
+def test_recovers_with_hysteresis_and_not_before_min_hold(rig_for):
+    rig = rig_for()
+    for _ in range(3):
+        rig.check(LOW)
+    assert not rig.enabled
+    for _ in range(5):
+        rig.check(signals(0.5))  # above trip_below but not above recover_above: stays off
+    assert not rig.enabled
+    for _ in range(5):
+        rig.check(GOOD, advance=1)  # 5 good checks, but only ~10 s since the flip
+    assert not rig.enabled and rig.guard.status()["pools"]["speculative"]["good_checks"] == 5
+    rig.check(GOOD, advance=60)
+    assert rig.enabled
+    assert reason_word(rig.flags.get("speculative").reason) == "recovered"
+
+
+def test_latency_regression_against_the_standard_pool(rig_for):
+    rig = rig_for()
+    fast, slow = signals(0.8, itl=0.020), signals(0.8, itl=0.030)  # 50 % over 0.020
+    for _ in range(3):
+        rig.check(slow, std=fast)
+    assert not rig.enabled
+    assert reason_word(rig.flags.get("speculative").reason) == "latency_regression"
+    status = rig.guard.status()["pools"]["speculative"]["latency"]
+    assert status["baseline"] == "standard" and status["regression_pct"] == pytest.approx(50)
+
+
+def test_latency_within_the_limit_is_no_regression(rig_for):
+    rig = rig_for()
+    for _ in range(5):
+        rig.check(signals(0.8, itl=0.023), std=signals(0.8, itl=0.020))  # 15 %
+    assert rig.enabled
+
+
+def test_latency_regression_against_a_recorded_baseline(rig_for, tmp_path):
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps({
+        "url": "http://127.0.0.1:9001", "model": "m", "recorded_at": "2026-01-01T00:00:00Z", "requests": 100,
+        "ttft_s": {"p50": 0.05, "p95": 0.1}, "tpot_s": {"p50": 0.01, "p95": 0.02},
+        "e2e_s": {"p50": 1.0, "p95": 2.0}}))
+    rig = rig_for(baseline_file=str(baseline), latency_metric="e2e")
+    slow = signals(0.8)
+    slow = type(slow)(**{**slow.__dict__, "e2e_p95": 2.6})  # 30 % over the recorded 2.0 s
+    for _ in range(3):
+        rig.check(slow, std=signals(0.8, itl=1.0))
+    assert not rig.enabled
+    assert rig.guard.status()["pools"]["speculative"]["latency"]["baseline_s"] == 2.0
+
+
+def test_unreadable_baseline_file_is_a_read_failure(rig_for, tmp_path):
+    (tmp_path / "bad.json").write_text("{}")
+    rig = rig_for(baseline_file=str(tmp_path / "bad.json"))
+    rig.check(GOOD)
+    assert rig.guard_up() == 0 and "not a baseline file" in rig.guard.status()["error"]
+
+
+def test_outage_keeps_flags_then_falls_back_after_stale_after(rig_for):
+    rig = rig_for(stale_after_s=30)
+    rig.check(GOOD)
+    rig.source.error = "prometheus at http://x unreachable: ConnectError"
+    rig.check(advance=10)
+    assert rig.guard_up() == 0 and rig.enabled, "fail static: flags stay"
+    assert rig.guard.status()["up"] is False and "unreachable" in rig.guard.status()["error"]
+    rig.check(advance=25)  # 35 s since the last good read
+    assert not rig.enabled and reason_word(rig.flags.get("speculative").reason) == "stale"
+    rig.source.error = None
+    rig.check(GOOD)
+    assert rig.guard_up() == 1 and not rig.enabled, "recovery goes through hysteresis"
+
+
+def test_outage_without_stale_after_keeps_flags_forever(rig_for):
+    rig = rig_for()
+    rig.source.error = "down"
+    for _ in range(5):
+        rig.check(advance=3600)
+    assert rig.enabled and rig.guard_up() == 0
+
+
+def test_missing_prometheus_url_is_reported(rig_for):
+    rig = rig_for()
+    rig.guard.sources = {"scrape": rig.source}
+    rig.check(GOOD)
+    assert rig.guard_up() == 0 and "SPECGATE_PROMETHEUS_URL" in rig.guard.status()["error"]
+
+
+def test_reported_load_feeds_the_pools(rig_for):
+    rig = rig_for()
+    rig.check(signals(0.8, running=6, waiting=3), std=signals(None, volume=0, running=2, waiting=0))
+    assert rig.runtime.pools["speculative"].reported_load == 9
+    assert rig.runtime.pools["standard"].reported_load == 2
+    assert rig.runtime.pools["speculative"].load() == 9
+
+
+def test_policy_reload_is_picked_up(rig_for):
+    rig = rig_for()
+    rig.check(LOW)
+    rig.runtime.apply(make_policy(speculative={"trip_after": 2, "min_draft_tokens": 10}))
+    rig.check(LOW)
+    assert not rig.enabled, "the new trip_after of 2 applies at once"
+
+
+def test_disabled_guard_reads_nothing(rig_for):
+    rig = rig_for(enabled=False)
+    for _ in range(5):
+        rig.check(LOW)
+    assert rig.enabled and rig.source.reads == []
+
+
+def route(rig, draws):
+    policy = rig.runtime.policy
+    features = extract_features({"messages": [{"role": "user", "content": "hi"}]}, "chat", policy.defaults,
+                                policy.classifier, {})
+    return [decide(features, policy, rig.flags.snapshot(), draw) for draw in draws]
+
+
+def test_probe_share_while_off_and_manual_overrides(rig_for):
+    rig = rig_for(speculative={"probe_fraction": 0.05, "trip_after": 1})
+    draws = [i / 100 for i in range(100)]
+    rig.check(LOW)
+    assert not rig.enabled
+    decisions = route(rig, draws)
+    probes = [d for d in decisions if d.pool == "speculative"]
+    assert len(probes) == 5 and all(d.probe for d in probes)
+    assert {d.pool for d in decisions if not d.probe} == {"standard"}
+
+    rig.flags.set_mode("speculative", Mode.FORCE_OFF, reason="admin:force_off")
+    assert {d.pool for d in route(rig, draws)} == {"standard"}, "force_off: not even probes"
+
+    rig.flags.set_mode("speculative", Mode.FORCE_ON, reason="admin:force_on")
+    assert {d.pool for d in route(rig, draws)} == {"speculative"}, "force_on ignores the guard"
+    for _ in range(3):
+        rig.check(LOW)
+    assert {d.pool for d in route(rig, draws)} == {"speculative"}
+
+    rig.flags.set_mode("speculative", Mode.AUTO, reason="admin:auto")
+    assert sum(d.pool == "speculative" for d in route(rig, draws)) == 5, "auto: the guard's verdict again"
+
+
+def test_status_shape(rig_for):
+    rig = rig_for()
+    rig.check(signals(0.8, running=2, waiting=1), std=signals(None, volume=0, itl=0.02))
+    status = rig.guard.status()
+    assert {"enabled", "source", "up", "error", "checks", "interval_s", "window", "since_last_read_s",
+            "pools"} <= set(status)
+    pool = status["pools"]["speculative"]
+    assert pool["signals"]["acceptance_rate"] == 0.8 and pool["signals"]["running"] == 2
+    assert pool["verdict"] == "good" and pool["good_checks"] == 1 and pool["enough_data"] is True
+    json.dumps(status)  # serialisable as it is
