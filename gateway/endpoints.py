@@ -198,7 +198,8 @@ class ProxyEndpoints:
             opened = outcome.opened
             if opened is not None:
                 failed = outcome.error is not None
-                opened.lease.release(ok=not failed)
+                # a 5xx answer is a failure of the endpoint even when it reached the client whole
+                opened.lease.release(ok=not failed and outcome.status < 500)
                 if failed:
                     self._count_error(pool, "stream_cut")
                 self.metrics.ttfb.labels(pool.name).observe(opened.ttfb_s)

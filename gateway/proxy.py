@@ -85,7 +85,7 @@ class Forwarder:
         started = time.perf_counter()
         attempts = pool.spec.retry.attempts
         while True:
-            lease = pool.acquire(exclude=tried, degraded=degraded or bool(tried))
+            lease = pool.acquire(exclude=tried, degraded=degraded)
             tried.append(lease.endpoint)
             request = httpx.Request(method, lease.endpoint.url + path, headers=headers, content=body,
                                     extensions={"timeout": timeouts})
@@ -100,23 +100,30 @@ class Forwarder:
             except httpx.TransportError as exc:
                 lease.release(ok=False)
                 self.on_error(pool, "connect")
-                if not self._may_retry(pool, tried, attempts, budget):
+                if not self._may_retry(pool, tried, attempts, budget, degraded):
                     raise UpstreamUnreachable(f"pool '{pool.name}' is unreachable after {len(tried)} "
                                               f"attempt(s): {type(exc).__name__}") from None
                 continue
             except BaseException:
                 lease.release(ok=False)
                 raise
-            if response.status_code in RETRY_STATUSES and self._may_retry(pool, tried, attempts, budget):
+            if response.status_code in RETRY_STATUSES and self._may_retry(pool, tried, attempts, budget,
+                                                                          degraded):
                 await response.aclose()
                 lease.release(ok=response.status_code == 429)  # busy is not broken
                 self.on_error(pool, f"status_{response.status_code}")
                 continue
             return Opened(response, lease, time.perf_counter() - started)
 
-    def _may_retry(self, pool: Pool, tried: list[Endpoint], attempts: int, budget: RetryBudget) -> bool:
-        """Another attempt needs attempts left, an endpoint not tried yet, and budget."""
-        if len(tried) >= attempts or not any(e not in tried and not e.full() for e in pool.endpoints):
+    def _may_retry(self, pool: Pool, tried: list[Endpoint], attempts: int, budget: RetryBudget,
+                   degraded: bool = False) -> bool:
+        """Another attempt needs attempts left, an endpoint not tried yet that is
+        available (an ejected one waits for its back-off; in degraded mode any
+        endpoint not full will do), and budget."""
+        now = pool.clock()
+        usable = [e for e in pool.endpoints if e not in tried
+                  and (not e.full() if degraded else e.available(now))]
+        if len(tried) >= attempts or not usable:
             return False
         if not budget.withdraw():
             return False

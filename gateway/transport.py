@@ -96,7 +96,10 @@ class Connection(asyncio.Protocol):
         self._reset()
         self.parser = httptools.HttpResponseParser(self)
         assert self.transport is not None
-        self.transport.write(data)
+        # A server may drop a new connection before the request goes out; uvloop
+        # raises on writes to a closed transport. `wait_headers` reports it instead.
+        if not self.closed and not self.transport.is_closing():
+            self.transport.write(data)
 
     def reusable(self) -> bool:
         return self.complete and self.keep_alive and not self.closed and self.error is None
