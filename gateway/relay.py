@@ -146,21 +146,37 @@ class Exchange:
         outcome.ok = True
 
     async def _first_chunk(self, chunks: AsyncIterator[bytes], send: Send) -> bytes:
-        next_chunk = asyncio.ensure_future(anext(chunks, b""))
+        """Await the first chunk in this task while a timer sends keepalive comments."""
+        keepalive = _Keepalive(send, self.timeouts.keepalive_s)
         try:
-            loop = asyncio.get_running_loop()
-            give_up = loop.time() + self.timeouts.first_chunk_s
-            while True:
-                wait = min(self.timeouts.keepalive_s, give_up - loop.time())
-                if wait <= 0:
-                    raise TimeoutError
-                done, _ = await asyncio.wait({next_chunk}, timeout=wait)
-                if done:
-                    return next_chunk.result()
-                await send({"type": "http.response.body", "body": KEEPALIVE_COMMENT, "more_body": True})
+            async with asyncio.timeout(self.timeouts.first_chunk_s):
+                return await anext(chunks, b"")
         finally:
-            if not next_chunk.done():
-                next_chunk.cancel()
+            await keepalive.stop()
+
+
+class _Keepalive:
+    """Sends an SSE comment every `interval` seconds until stopped. A timer
+    rather than a task: most first tokens come before the first tick, and
+    then this costs one scheduled callback."""
+
+    def __init__(self, send: Send, interval: float) -> None:
+        self.send = send
+        self.interval = interval
+        self.loop = asyncio.get_running_loop()
+        self.sending: asyncio.Future[None] | None = None
+        self.timer = self.loop.call_later(interval, self._tick)
+
+    def _tick(self) -> None:
+        if self.sending is None or self.sending.done():
+            message = {"type": "http.response.body", "body": KEEPALIVE_COMMENT, "more_body": True}
+            self.sending = asyncio.ensure_future(self.send(message))
+        self.timer = self.loop.call_later(self.interval, self._tick)
+
+    async def stop(self) -> None:
+        self.timer.cancel()
+        if self.sending is not None and not self.sending.done():
+            await asyncio.shield(self.sending)  # the relay's next send must not overlap it
 
 
 def _upstream_error(exc: BaseException) -> UpstreamError:
