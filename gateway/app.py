@@ -107,6 +107,7 @@ def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
                 await health.stop()
                 await health.client.aclose()
                 await runtime.aclose()
+                log.info("stopped")  # after the drain (or its timeout)
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
