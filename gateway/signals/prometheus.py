@@ -37,6 +37,15 @@ def selector(target: Target, spec: GuardSpec) -> str:
     return f'{spec.target.label}=~"{_promql_string(value)}"'
 
 
+def series(name: str, match: str) -> str:
+    """A series selector for `name` that also finds it with its colon escaped:
+    Prometheus stores `vllm_*` when it scrapes vLLM's exporter in OpenMetrics
+    (its default) unless a metric_relabel_config restores the `vllm:` names."""
+    prefix, colon, rest = name.partition(":")
+    pattern = f"{re.escape(prefix)}[:_]{re.escape(rest)}" if colon else re.escape(name)
+    return f'{{__name__=~"{_promql_string(pattern)}",{match}}}'
+
+
 def _promql_string(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
@@ -60,16 +69,18 @@ class PrometheusSource:
         window = spec.window
         jobs: list[tuple[str, str, str]] = []  # (kind, role, promql)
         for role, name in dialect.counters.items():
-            jobs.append(("counters", role, f"sum by (instance) (increase({name}{{{match}}}[{window}]))"))
+            jobs.append(("counters", role, f"sum by (instance) (increase({series(name, match)}[{window}]))"))
         if dialect.per_position:
             jobs.append(("per_position", "", f"sum by (instance, position) "
-                                             f"(increase({dialect.per_position}{{{match}}}[{window}]))"))
+                                             f"(increase({series(dialect.per_position, match)}[{window}]))"))
         for role, name in dialect.latest.items():
-            jobs.append(("latest", role, f"sum by (instance) ({name}{{{match}}})"))
+            jobs.append(("latest", role, f"sum by (instance) ({series(name, match)})"))
         for role, name in dialect.averaged.items():
-            jobs.append(("averaged", role, f"avg by (instance) (avg_over_time({name}{{{match}}}[{window}]))"))
+            jobs.append(("averaged", role,
+                         f"avg by (instance) (avg_over_time({series(name, match)}[{window}]))"))
         for metric, name in dialect.histograms.items():
-            jobs.append(("buckets", metric, f"sum by (instance, le) (increase({name}_bucket{{{match}}}[{window}]))"))
+            jobs.append(("buckets", metric,
+                         f"sum by (instance, le) (increase({series(name + '_bucket', match)}[{window}]))"))
         answers = await asyncio.gather(*(self.query(promql) for _, _, promql in jobs))
         tallies: dict[str, Tally] = {}
         for (kind, role, _), vector in zip(jobs, answers, strict=True):

@@ -23,12 +23,15 @@ Sample = tuple[float, dict[SeriesKey, float]]  # (time, values)
 
 
 def parse_exposition(text: str, wanted: set[str]) -> dict[SeriesKey, float]:
-    """The samples of the `wanted` metric names in a text exposition."""
+    """The samples of the `wanted` metric names in a text exposition; a name
+    whose colon came out escaped (`vllm_...`) counts as the original."""
+    names = {name: name for name in wanted} | {name.replace(":", "_", 1): name for name in wanted}
     values: dict[SeriesKey, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name in wanted:
-                values[(sample.name, tuple(sorted(sample.labels.items())))] = float(sample.value)
+            name = names.get(sample.name)
+            if name is not None:
+                values[(name, tuple(sorted(sample.labels.items())))] = float(sample.value)
     return values
 
 
