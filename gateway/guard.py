@@ -208,6 +208,8 @@ class Guard:
             self.log.warning("guard_metrics_unreadable", error=error, action="flags kept as they are")
         self.up, self.last_error = False, error
         self.metrics.guard_up.set(0)
+        for pool in self.runtime.pools.values():
+            pool.reported_load = 0  # unknown now: routing falls back to the gateway's own count
         stale_after = self.runtime.policy.spec.guard.stale_after_s
         since = self.last_ok if self.last_ok is not None else self.started
         unread_s = self.clock() - since

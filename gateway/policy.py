@@ -179,9 +179,12 @@ class GuardSpec(Strict):
         return float(self.window[:-1]) * {"s": 1, "m": 60, "h": 3600}[self.window[-1]]
 
     @model_validator(mode="after")
-    def _queries_need_prometheus(self) -> GuardSpec:
+    def _consistent(self) -> GuardSpec:
         if self.queries and self.source != "prometheus":
             raise ValueError("guard.queries are PromQL: they need source: prometheus")
+        if self.source == "scrape" and self.window_s < 2 * self.interval_s:
+            raise ValueError(f"window {self.window} holds fewer than two scrapes {self.interval_s:g} s apart: "
+                             "the scrape source needs window >= 2 x interval_s")
         return self
 
 

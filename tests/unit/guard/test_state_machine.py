@@ -193,3 +193,24 @@ def test_status_shape(rig_for):
     assert pool["signals"]["acceptance_rate"] == 0.8 and pool["signals"]["running"] == 2
     assert pool["verdict"] == "good" and pool["good_checks"] == 1 and pool["enough_data"] is True
     json.dumps(status)  # serialisable as it is
+
+
+def test_an_outage_forgets_the_reported_load(rig_for):
+    rig = rig_for()
+    rig.check(signals(0.8, running=6, waiting=3))
+    rig.source.error = "down"
+    rig.check()
+    assert rig.runtime.pools["speculative"].reported_load == 0
+
+
+@pytest.mark.parametrize("guard, message", [
+    ({"source": "scrape", "queries": {"accept_rate": "x"}}, "need source: prometheus"),
+    ({"source": "scrape", "interval_s": 15, "window": "20s"}, "window >= 2 x interval_s"),
+    ({"speculative": {"min_hold": 3}}, "unknown key"),
+    ({"queries": {"acceptance": "x"}}, "guard.queries.acceptance"),
+])
+def test_guard_spec_rejects_inconsistent_settings(guard, message):
+    from gateway.policy import PolicyError
+    with pytest.raises(PolicyError) as error:
+        make_policy(**guard)
+    assert message in str(error.value)
