@@ -53,7 +53,8 @@ class AdminAPI:
             raise Forbidden("admin token missing or wrong (Authorization: Bearer <token>)")
 
     async def explain(self, request: Request) -> Response:
-        body = parse_json_body(await read_body(request, self.proxy.settings.max_body_bytes))
+        body = parse_json_body(await read_body(request, self.proxy.settings.max_body_bytes,
+                                               self.proxy.settings.body_timeout_s))
         path = request.query_params.get("endpoint", "chat")
         endpoint = "completions" if path in ("completions", "/v1/completions") else "chat"
         if endpoint == "chat" and "messages" not in body and "prompt" in body:
@@ -68,7 +69,7 @@ class AdminAPI:
         pool = request.path_params["pool"]
         if pool not in self.flags.snapshot():
             raise NotFound(f"unknown pool '{pool}'")
-        body = parse_json_body(await read_body(request, 4096))
+        body = parse_json_body(await read_body(request, 4096, self.proxy.settings.body_timeout_s))
         try:
             mode = Mode(body.get("mode"))
         except ValueError:

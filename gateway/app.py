@@ -21,7 +21,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.admin import AdminAPI
 from gateway.auth import ClientKeys
 from gateway.endpoints import ProxyEndpoints, request_id
-from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound, error_body
+from gateway.errors import (GatewayError, HeadersTooLarge, InvalidRequest, MethodNotAllowed, NotFound,
+                            error_body)
 from gateway.flag_file import FlagFile
 from gateway.flags import FlagStore, PoolFlag, reason_word
 from gateway.guard import Guard
@@ -45,6 +46,26 @@ class RequestIdMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             scope.setdefault("state", {})["request_id"] = request_id(Request(scope), self.rng)
+        await self.app(scope, receive, send)
+
+
+class HeaderLimitMiddleware:
+    """Answer 431 to requests whose headers are over `max_bytes` (as on the wire)
+    before anything reads or forwards them: uvicorn's httptools parser takes
+    headers of any size."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            size = sum(len(name) + len(value) + 4 for name, value in scope["headers"])
+            if size > self.max_bytes:
+                error = HeadersTooLarge(f"request headers are {size} bytes, over the {self.max_bytes} "
+                                        "byte limit")
+                await error.response()(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
 
@@ -138,6 +159,7 @@ def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
                             Exception: _unexpected_error},
     )
     app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(HeaderLimitMiddleware, max_bytes=settings.max_header_bytes)
     app.state.settings = settings
     app.state.runtime = runtime
     app.state.flags = flags

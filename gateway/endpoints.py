@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
@@ -17,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
 from gateway.auth import ClientKeys, Grant
-from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, PayloadTooLarge
+from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, PayloadTooLarge, RequestTimeout
 from gateway.features import Features, extract_features, parse_json_body
 from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
@@ -41,15 +42,21 @@ def request_id(request: Request, rng: random.Random) -> str:
     return given if REQUEST_ID.match(given) else f"{rng.getrandbits(128):032x}"
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, timeout_s: float | None = None) -> bytes:
+    """The body, at most `limit` bytes, all of it within `timeout_s` (a client
+    that stalls or trickles must not hold a connection and a task forever)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body is over the {limit} byte limit")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise PayloadTooLarge(f"request body is over the {limit} byte limit")
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    raise PayloadTooLarge(f"request body is over the {limit} byte limit")
+    except TimeoutError:
+        raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s") from None
     return bytes(body)
 
 
@@ -97,7 +104,7 @@ class ProxyEndpoints:
     async def _generate(self, request: Request, endpoint: str, path: str) -> ASGIApp:
         started = time.perf_counter()
         grant = self._grant(request)
-        raw = await read_body(request, self.settings.max_body_bytes)
+        raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout_s)
         routed = self.route(parse_json_body(raw), endpoint, request.headers)
         pool, degraded = self._pool_for(routed.decision.pool, grant)
         body = routed.body
@@ -113,7 +120,7 @@ class ProxyEndpoints:
         """Any other /v1/* path goes to the policy's default pool as it is."""
         started = time.perf_counter()
         grant = self._grant(request)
-        raw = await read_body(request, self.settings.max_body_bytes)
+        raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout_s)
         pool, degraded = self._pool_for(self.runtime.policy.default_pool, grant)
         path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return self._exchange(request, pool, "passthrough", path, raw, pool.spec.timeouts.total_s,

@@ -6,7 +6,9 @@
     ├── Forbidden             403     admin API disabled or wrong token
     ├── NotFound              404     unknown path, unknown pool
     ├── MethodNotAllowed      405
+    ├── RequestTimeout        408     body not received within body_timeout_s
     ├── PayloadTooLarge       413     body over max_body_bytes
+    ├── HeadersTooLarge       431     headers over max_header_bytes
     ├── NoHealthyBackend      503     nothing to send the request to (Retry-After)
     └── UpstreamError                 the backend failed before the first byte
         ├── UpstreamUnreachable   502 connect errors or bad statuses after retries
@@ -72,10 +74,28 @@ class MethodNotAllowed(GatewayError):
     code = "method_not_allowed"
 
 
+class RequestTimeout(GatewayError):
+    status_code = 408
+    error_type = "invalid_request_error"
+    code = "request_timeout"
+
+    def __init__(self, message: str) -> None:  # the rest of the body may still come: hang up
+        super().__init__(message, headers={"connection": "close"})
+
+
 class PayloadTooLarge(GatewayError):
     status_code = 413
     error_type = "invalid_request_error"
     code = "payload_too_large"
+
+
+class HeadersTooLarge(GatewayError):
+    status_code = 431
+    error_type = "invalid_request_error"
+    code = "headers_too_large"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, headers={"connection": "close"})
 
 
 class NoHealthyBackend(GatewayError):

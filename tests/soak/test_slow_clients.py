@@ -1,0 +1,142 @@
+"""Clients that misbehave on the way in: a body that stalls or trickles is cut
+off after SPECGATE_BODY_TIMEOUT_S with a 408 envelope and the connection
+closed; headers over SPECGATE_MAX_HEADER_BYTES get a 431 envelope and never
+reach a backend. uvicorn's HTTP parser (httptools) bounds neither."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.fakes.vllm import FakeVllm
+from tests.soak.gateway_process import GatewayProcess
+
+pytestmark = [pytest.mark.soak, pytest.mark.timeout(120)]
+
+BODY_TIMEOUT_S = 1.0
+BODY = json.dumps({"model": "fake-model", "max_tokens": 8,
+                   "messages": [{"role": "user", "content": "Tell me about rivers."}]}).encode()
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeVllm]:
+    with FakeVllm(model="fake-model", kind="standard") as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory, fake) -> Iterator[GatewayProcess]:
+    tmp: Path = tmp_path_factory.mktemp("slow-clients")
+    pool = {"kind": "standard", "endpoints": [{"url": fake.url}]}
+    policy = {"version": 1, "pools": {"standard": pool}, "rules": [{"name": "all", "route": "standard"}],
+              "guard": {"enabled": False}}
+    (tmp / "policy.yaml").write_text(yaml.safe_dump(policy))
+    process = GatewayProcess(tmp / "policy.yaml", tmp / "gateway.log",
+                             env={"SPECGATE_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S)}).start()
+    yield process
+    process.stop()
+
+
+def head(content_length: int, extra: bytes = b"") -> bytes:
+    return (b"POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n%s\r\n" % (content_length, extra))
+
+
+def read_until_closed(sock: socket.socket, limit_s: float) -> bytes:
+    """Everything the gateway sends until it closes the connection (or `limit_s` passes)."""
+    sock.settimeout(limit_s)
+    received = b""
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except TimeoutError:
+        received += b"<still open>"
+    return received
+
+
+def status_and_envelope(raw: bytes) -> tuple[int, dict]:
+    headers, _, body = raw.partition(b"\r\n\r\n")
+    status = int(headers.split(b" ", 2)[1])
+    return status, json.loads(body)["error"]
+
+
+def test_a_body_that_stalls_gets_408_and_the_connection_closes(gateway):
+    stalled = [socket.create_connection(("127.0.0.1", gateway.port)) for _ in range(20)]
+    started = time.monotonic()
+    for sock in stalled:
+        sock.sendall(head(len(BODY)) + BODY[:20])  # then nothing more
+    deadline = started + BODY_TIMEOUT_S + 5
+    answers = [read_until_closed(sock, limit_s=max(0.1, deadline - time.monotonic())) for sock in stalled]
+    waited = time.monotonic() - started
+    for sock in stalled:
+        sock.close()
+    for raw in answers:
+        assert not raw.endswith(b"<still open>"), raw
+        status, error = status_and_envelope(raw)
+        assert status == 408
+        assert error["code"] == "request_timeout" and "body" in error["message"]
+    assert waited < BODY_TIMEOUT_S + 5
+
+
+def test_a_trickling_body_is_bounded_by_the_same_timeout(gateway):
+    with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
+        sock.sendall(head(len(BODY)))
+        started = time.monotonic()
+        sock.settimeout(0.2)
+        for byte in BODY[:-1]:  # one byte every 0.2 s, never the last one
+            try:
+                if sock.recv(65536, socket.MSG_PEEK):
+                    break  # the gateway answered
+            except TimeoutError:
+                pass
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:  # closed under us: the answer is already there
+                break
+            if time.monotonic() - started > BODY_TIMEOUT_S + 5:
+                break
+        raw = read_until_closed(sock, limit_s=5)
+    status, error = status_and_envelope(raw)
+    assert status == 408 and error["code"] == "request_timeout"
+
+
+def test_a_body_sent_in_time_is_served(gateway):
+    with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
+        sock.sendall(head(len(BODY), b"connection: close\r\n") + BODY[:20])
+        time.sleep(BODY_TIMEOUT_S / 4)
+        sock.sendall(BODY[20:])
+        raw = read_until_closed(sock, limit_s=10)
+    assert raw.startswith(b"HTTP/1.1 200"), raw[:200]
+    assert json.loads(raw.partition(b"\r\n\r\n")[2])["choices"]
+
+
+@pytest.mark.parametrize("size", [100_000, 1_000_000])
+def test_oversized_headers_get_431_and_never_reach_a_backend(gateway, fake, size):
+    before = len(fake.completion_requests())
+    big = b"x-padding: " + b"a" * size + b"\r\n"
+    with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
+        sock.sendall(head(len(BODY), big) + BODY)
+        raw = read_until_closed(sock, limit_s=10)
+    assert not raw.endswith(b"<still open>"), raw[:200]
+    status, error = status_and_envelope(raw)
+    assert status == 431 and error["code"] == "headers_too_large"
+    assert len(fake.completion_requests()) == before
+
+
+def test_the_gateway_keeps_serving_and_holds_no_extra_files_afterwards(gateway):
+    with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
+        sock.sendall(head(len(BODY), b"connection: close\r\n") + BODY)
+        assert read_until_closed(sock, limit_s=10).startswith(b"HTTP/1.1 200")
+    baseline = gateway.open_fds()
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
+            sock.sendall(head(len(BODY)) + BODY[:5])
+            read_until_closed(sock, limit_s=BODY_TIMEOUT_S + 5)
+    time.sleep(0.5)
+    assert gateway.open_fds() <= baseline
