@@ -57,7 +57,7 @@ def test_streamed_answers_feed_per_class_timing(fakes, tmp_path):
     spec_fake, std_fake = fakes
     spec_fake.script(text="one two three four five six", chunks=6, delay=0.01)
     policy = policy_dict([spec_fake.url], [std_fake.url])
-    policy["guard"] = {"enabled": True, "interval_s": 3600, "classes": {"enabled": True, "min_samples": 1}}
+    policy["guard"] = {"enabled": True, "interval_s": 60, "classes": {"enabled": True, "min_samples": 1}}
     server = start(policy, tmp_path)
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
     try:
