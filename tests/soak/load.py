@@ -6,7 +6,7 @@ Every request ends as one outcome:
   event is `data: [DONE]` and whose other events are JSON chunks);
 - `error:STATUS:CODE`: an OpenAI error envelope with that status;
 - `stream_error:CODE`: a stream that ended with an error event (envelope);
-- `invalid:WHY`: anything else: a broken promise;
+- `invalid:WHY`: anything else: a broken promise (so is an `internal_error`);
 - `hang`: no answer within the client's timeout; `broken:EXC`: the connection
   to the gateway failed.
 """
@@ -37,7 +37,9 @@ class LoadReport:
         return sum(self.outcomes.values())
 
     def violations(self) -> dict[str, int]:
-        return {k: v for k, v in self.outcomes.items() if k.split(":")[0] in ("invalid", "hang", "broken")}
+        """Outcomes that break the gateway's promises; an internal_error envelope is a bug too."""
+        return {k: v for k, v in self.outcomes.items()
+                if k.split(":")[0] in ("invalid", "hang", "broken") or k.endswith(":internal_error")}
 
     def percentile(self, q: float) -> float:
         ordered = sorted(self.durations)

@@ -210,4 +210,6 @@ def test_soak_with_faults(tmp_path):
     assert backoff_violations(records["spec-sick"]["arrivals"], HEALTH) == []
     assert end_rss - start_rss < RSS_GROWTH_LIMIT, result["rss_mib"]
     assert end_fds <= start_fds + FD_GROWTH_LIMIT, result["open_fds"]
-    assert exit_status in (0, -15), gateway.log()[-2000:]
+    log = gateway.log()
+    assert "unhandled_error" not in log and "Traceback" not in log, log[-3000:]
+    assert exit_status in (0, -15), log[-2000:]
