@@ -13,10 +13,20 @@ import time
 from pathlib import Path
 
 import httpx
+import yaml
 
 from tests.fakes.process import REPO_ROOT, free_port
 
 SAMPLE = re.compile(r'^(specgate_\w+)\{([^}]*)\} (\S+)$', re.MULTILINE)
+
+
+def one_pool_policy(directory: Path, pool: dict) -> Path:
+    """Write a policy that sends every request to `pool` (a standard pool); its path."""
+    policy = {"version": 1, "pools": {"standard": {"kind": "standard", **pool}},
+              "rules": [{"name": "all", "route": "standard"}], "guard": {"enabled": False}}
+    path = directory / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy, sort_keys=False))
+    return path
 
 
 class GatewayProcess:

@@ -9,11 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.fakes.vllm import FakeVllm
 from tests.soak.checks import backoff_violations
-from tests.soak.gateway_process import GatewayProcess
+from tests.soak.gateway_process import GatewayProcess, one_pool_policy
 from tests.soak.load import run_load
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(120)]
@@ -31,13 +30,9 @@ def fakes() -> Iterator[list[FakeVllm]]:
 
 def serve(tmp_path: Path, fakes: list[FakeVllm], retry: dict) -> GatewayProcess:
     endpoints = [{"url": fakes[0].url, "max_in_flight": 1}, *({"url": f.url} for f in fakes[1:])]
-    pool = {"kind": "standard", "endpoints": endpoints, "health": HEALTH, "retry": retry,
+    pool = {"endpoints": endpoints, "health": HEALTH, "retry": retry,
             "timeouts": {"connect_s": 0.5, "first_byte_s": 2, "total_s": 4}}
-    policy = {"version": 1, "pools": {"standard": pool}, "rules": [{"name": "all", "route": "standard"}],
-              "guard": {"enabled": False}}
-    path = tmp_path / "policy.yaml"
-    path.write_text(yaml.safe_dump(policy))
-    return GatewayProcess(path, tmp_path / "gateway.log").start()
+    return GatewayProcess(one_pool_policy(tmp_path, pool), tmp_path / "gateway.log").start()
 
 
 def drive(gateway: GatewayProcess, requests: int = 600) -> None:

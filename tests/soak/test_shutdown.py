@@ -15,10 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from tests.fakes.vllm import FakeVllm
-from tests.soak.gateway_process import GatewayProcess
+from tests.soak.gateway_process import GatewayProcess, one_pool_policy
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(120)]
 
@@ -34,14 +33,9 @@ def slow_fake() -> Iterator[FakeVllm]:
 
 
 def start_gateway(tmp_path: Path, fake: FakeVllm, drain_timeout_s: int) -> GatewayProcess:
-    pool = {"kind": "standard", "endpoints": [{"url": fake.url}],
-            "timeouts": {"connect_s": 1, "first_byte_s": 5, "total_s": 30}}
-    policy = {"version": 1, "pools": {"standard": pool}, "rules": [{"name": "all", "route": "standard"}],
-              "guard": {"enabled": False}}
-    path = tmp_path / "policy.yaml"
-    path.write_text(yaml.safe_dump(policy))
+    pool = {"endpoints": [{"url": fake.url}], "timeouts": {"connect_s": 1, "first_byte_s": 5, "total_s": 30}}
     env = {"SPECGATE_DRAIN_TIMEOUT_S": str(drain_timeout_s)}
-    return GatewayProcess(path, tmp_path / "gateway.log", env=env).start()
+    return GatewayProcess(one_pool_policy(tmp_path, pool), tmp_path / "gateway.log", env=env).start()
 
 
 def refuses_connections(port: int) -> bool:

@@ -12,10 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.fakes.vllm import FakeVllm
-from tests.soak.gateway_process import GatewayProcess
+from tests.soak.gateway_process import GatewayProcess, one_pool_policy
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(120)]
 
@@ -33,11 +32,7 @@ def fake() -> Iterator[FakeVllm]:
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory, fake) -> Iterator[GatewayProcess]:
     tmp: Path = tmp_path_factory.mktemp("slow-clients")
-    pool = {"kind": "standard", "endpoints": [{"url": fake.url}]}
-    policy = {"version": 1, "pools": {"standard": pool}, "rules": [{"name": "all", "route": "standard"}],
-              "guard": {"enabled": False}}
-    (tmp / "policy.yaml").write_text(yaml.safe_dump(policy))
-    process = GatewayProcess(tmp / "policy.yaml", tmp / "gateway.log",
+    process = GatewayProcess(one_pool_policy(tmp, {"endpoints": [{"url": fake.url}]}), tmp / "gateway.log",
                              env={"SPECGATE_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S)}).start()
     yield process
     process.stop()
