@@ -156,8 +156,9 @@ class Guard:
             state.verdict, state.bad, state.good = "good", 0, state.good + 1
         else:
             state.verdict, state.bad, state.good = "neutral", 0, 0
-        evidence = {"acceptance_rate": round(acceptance, 4), "draft_tokens": round(signals.volume_tokens, 1),
-                    "latency_regression_pct": round(regression, 2) if regression is not None else -1.0}
+        evidence = {"acceptance_rate": round(acceptance, 4), "draft_tokens": round(signals.volume_tokens, 1)}
+        if regression is not None:
+            evidence["latency_regression_pct"] = round(regression, 2)
         flag = self.flags.get(name)
         now = self.clock()
         if flag.guard_enabled and state.bad >= g.trip_after:
