@@ -26,6 +26,7 @@ class Settings(BaseSettings):
     max_body_bytes: int = 8 * 1024 * 1024
     body_timeout_s: float = 30.0  # the whole request body must arrive within this
     max_header_bytes: int = 32 * 1024  # request line aside; uvicorn's httptools has no limit
+    header_timeout_s: float = 10.0  # a request's line and headers must arrive within this
     keepalive_s: float = 10.0
     policy_watch_interval_s: float = 1.0
     flags_file: Path | None = None

@@ -21,6 +21,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.http_protocol import with_header_timeout
     from gateway.logs import configure_logging
     from gateway.policy import PolicyError
     from gateway.settings import Settings
@@ -37,5 +38,6 @@ def run(args: argparse.Namespace) -> int:
         return 1
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
                 access_log=False, timeout_graceful_shutdown=int(settings.drain_timeout_s),
+                http=with_header_timeout(settings.header_timeout_s),
                 lifespan="on")
     return 0

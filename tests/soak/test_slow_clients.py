@@ -1,7 +1,8 @@
 """Clients that misbehave on the way in: a body that stalls or trickles is cut
 off after SPECGATE_BODY_TIMEOUT_S with a 408 envelope and the connection
-closed; headers over SPECGATE_MAX_HEADER_BYTES get a 431 envelope and never
-reach a backend. uvicorn's HTTP parser (httptools) bounds neither."""
+closed; headers that do not arrive within SPECGATE_HEADER_TIMEOUT_S close the
+connection; headers over SPECGATE_MAX_HEADER_BYTES get a 431 envelope and
+never reach a backend. uvicorn with httptools bounds none of these."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.soak.gateway_process import GatewayProcess, one_pool_policy
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(120)]
 
 BODY_TIMEOUT_S = 1.0
+HEADER_TIMEOUT_S = 1.0
 BODY = json.dumps({"model": "fake-model", "max_tokens": 8,
                    "messages": [{"role": "user", "content": "Tell me about rivers."}]}).encode()
 
@@ -33,7 +35,8 @@ def fake() -> Iterator[FakeVllm]:
 def gateway(tmp_path_factory, fake) -> Iterator[GatewayProcess]:
     tmp: Path = tmp_path_factory.mktemp("slow-clients")
     process = GatewayProcess(one_pool_policy(tmp, {"endpoints": [{"url": fake.url}]}), tmp / "gateway.log",
-                             env={"SPECGATE_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S)}).start()
+                             env={"SPECGATE_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
+                                  "SPECGATE_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S)}).start()
     yield process
     process.stop()
 
@@ -135,3 +138,31 @@ def test_the_gateway_keeps_serving_and_holds_no_extra_files_afterwards(gateway):
             read_until_closed(sock, limit_s=BODY_TIMEOUT_S + 5)
     time.sleep(0.5)
     assert gateway.open_fds() <= baseline
+
+
+@pytest.mark.parametrize("sent", [b"", b"POST /v1/chat/co", head(len(BODY))[:-30]],
+                         ids=["nothing", "half-a-request-line", "half-the-headers"])
+def test_headers_that_never_finish_close_the_connection(gateway, sent):
+    with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
+        started = time.monotonic()
+        sock.sendall(sent)
+        raw = read_until_closed(sock, limit_s=HEADER_TIMEOUT_S + 5)
+        waited = time.monotonic() - started
+    assert raw == b""  # closed, nothing said: the request never began
+    assert HEADER_TIMEOUT_S - 0.1 < waited < HEADER_TIMEOUT_S + 5
+
+
+def test_a_keep_alive_connection_gets_the_same_deadline_for_its_next_request(gateway):
+    with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
+        sock.sendall(head(len(BODY)) + BODY)
+        sock.settimeout(10)
+        first = b""
+        while b"\r\n\r\n" not in first or not first.rstrip().endswith(b"}"):
+            first += sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200")
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: gat")  # and stall
+        started = time.monotonic()
+        raw = read_until_closed(sock, limit_s=HEADER_TIMEOUT_S + 5)
+        waited = time.monotonic() - started
+    assert raw == b""
+    assert waited < HEADER_TIMEOUT_S + 2  # well before uvicorn's 5 s keep-alive timeout
