@@ -32,7 +32,7 @@ def slow_fake() -> Iterator[FakeVllm]:
         yield fake
 
 
-def start_gateway(tmp_path: Path, fake: FakeVllm, drain_timeout_s: int) -> GatewayProcess:
+def start_gateway(tmp_path: Path, fake: FakeVllm, drain_timeout_s: float) -> GatewayProcess:
     pool = {"endpoints": [{"url": fake.url}], "timeouts": {"connect_s": 1, "first_byte_s": 5, "total_s": 30}}
     env = {"SPECGATE_DRAIN_TIMEOUT_S": str(drain_timeout_s)}
     return GatewayProcess(one_pool_policy(tmp_path, pool), tmp_path / "gateway.log", env=env).start()
@@ -123,3 +123,24 @@ def test_streams_longer_than_the_drain_timeout_do_not_hold_the_exit(tmp_path, sl
         gateway.stop()
     assert exit_after < 1 + 5  # the drain timeout plus start-up of the shutdown
     assert "timeout graceful shutdown exceeded" in gateway.log()
+
+
+def test_a_drain_timeout_under_a_second_still_drains(tmp_path, slow_fake):
+    slow_fake.script(chunks=4, delay=0.1)
+    gateway = start_gateway(tmp_path, slow_fake, drain_timeout_s=0.8)
+    try:
+        async def stream_through_sigterm() -> bytes:
+            async with httpx.AsyncClient(base_url=gateway.url, timeout=30.0) as client:
+                body = {"model": "fake-model", "stream": True, "prompt": "x", "max_tokens": 64}
+                async with client.stream("POST", "/v1/completions", json=body) as response:
+                    chunks = response.aiter_raw()
+                    received = await anext(chunks)
+                    os.kill(gateway.pid, signal.SIGTERM)  # about 0.3 s of the stream left
+                    async for chunk in chunks:
+                        received += chunk
+                    return received
+
+        received = asyncio.run(stream_through_sigterm())
+    finally:
+        gateway.stop()
+    assert received.rstrip().endswith(b"data: [DONE]")
