@@ -7,7 +7,7 @@ import contextlib
 import os
 import random
 import signal
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import httpx
 import structlog
@@ -37,16 +37,37 @@ from gateway.traffic import ClassLatency
 
 
 class RequestIdMiddleware:
-    """Give every request an id before anything can fail (accepted or generated)."""
+    """Give every request an id before anything can fail (accepted or generated),
+    and send the hot routes straight to their handlers.
 
-    def __init__(self, app: ASGIApp) -> None:
+    The completion routes carry nearly all traffic; Starlette's exception
+    middleware and router wrap every `send` and cost about a tenth of the CPU of
+    a small proxied request, so those routes skip them. Errors are rendered the
+    same way as on every other route.
+    """
+
+    def __init__(self, app: ASGIApp, hot: dict[str, Callable[[Request], Awaitable[ASGIApp]]]) -> None:
         self.app = app
+        self.hot = hot
         self.rng = random.Random(os.urandom(16))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            scope.setdefault("state", {})["request_id"] = request_id(Request(scope), self.rng)
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        scope.setdefault("state", {})["request_id"] = request_id(request, self.rng)
+        handler = self.hot.get(scope["path"]) if scope["method"] == "POST" else None
+        if handler is None:
+            await self.app(scope, receive, send)
+            return
+        try:
+            response = await handler(request)
+        except GatewayError as exc:
+            response = await _gateway_error(request, exc)
+        except Exception as exc:  # noqa: BLE001 - the client gets an envelope, the log the type
+            response = await _unexpected_error(request, exc)
+        await response(scope, receive, send)
 
 
 class HeaderLimitMiddleware:
@@ -158,7 +179,8 @@ def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
         exception_handlers={GatewayError: _gateway_error, HTTPException: _http_error,
                             Exception: _unexpected_error},
     )
-    app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(RequestIdMiddleware, hot={"/v1/chat/completions": proxy.chat,
+                                                 "/v1/completions": proxy.completions})
     app.add_middleware(HeaderLimitMiddleware, max_bytes=settings.max_header_bytes)
     app.state.settings = settings
     app.state.runtime = runtime

@@ -34,6 +34,17 @@ class Endpoint:
     ejected_until: float = 0.0
     backoff_s: float = 0.0
     trial_in_flight: bool = False  # the one request allowed while half-open
+    _urls: dict[str, httpx.URL] = field(default_factory=dict, repr=False)
+
+    def url_for(self, path: str) -> httpx.URL:
+        """The parsed URL of `path` on this endpoint. Parsing a URL is a visible
+        share of a proxied request's cost, and the hot paths repeat: cache a few."""
+        url = self._urls.get(path)
+        if url is None:
+            url = httpx.URL(self.url + path)
+            if len(self._urls) < 16 and "?" not in path:
+                self._urls[path] = url
+        return url
 
     def ejected(self) -> bool:
         return self.ejected_until > 0.0

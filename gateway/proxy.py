@@ -8,7 +8,6 @@ nothing is retried once a byte has gone to the client (see relay.py).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -78,7 +77,10 @@ class Forwarder:
                    *, method: str = "POST", header_timeout_s: float, degraded: bool = False) -> Opened:
         transport = self.transport_for(pool)
         t = pool.spec.timeouts
-        timeouts = {"connect": t.connect_s, "read": t.total_s, "write": t.connect_s, "pool": t.first_byte_s}
+        # The transport applies "read" to the wait for headers and to every later read:
+        # no separate timer per request on the hot path.
+        timeouts = {"connect": t.connect_s, "read": header_timeout_s, "write": t.connect_s,
+                    "pool": t.first_byte_s}
         budget = self.budget_for(pool)
         budget.deposit()
         tried: list[Endpoint] = []
@@ -87,12 +89,11 @@ class Forwarder:
         while True:
             lease = pool.acquire(exclude=tried, degraded=degraded)
             tried.append(lease.endpoint)
-            request = httpx.Request(method, lease.endpoint.url + path, headers=headers, content=body,
+            request = httpx.Request(method, lease.endpoint.url_for(path), headers=headers, content=body,
                                     extensions={"timeout": timeouts})
             try:
-                async with asyncio.timeout(header_timeout_s):
-                    response = await transport.handle_async_request(request)
-            except TimeoutError:
+                response = await transport.handle_async_request(request)
+            except (httpx.ReadTimeout, httpx.PoolTimeout):
                 lease.release(ok=False)
                 self.on_error(pool, "timeout")
                 raise UpstreamTimeout(f"pool '{pool.name}' sent no response within "

@@ -110,10 +110,9 @@ class Exchange:
 
     async def _relay_body(self, send: Send, opened: Opened, outcome: Outcome) -> None:
         response = opened.response
-        try:
-            async with asyncio.timeout(self.timeouts.total_s):
-                content = await response.aread()
-        except (httpx.HTTPError, TimeoutError) as exc:
+        try:  # each read is bounded by the transport's read timeout
+            content = await response.aread()
+        except httpx.HTTPError as exc:
             error = _upstream_error(exc)
             outcome.status, outcome.error = error.status_code, error
             await _send_envelope(send, error, self.headers)
