@@ -8,7 +8,9 @@ Every request ends as one outcome:
 - `stream_error:CODE`: a stream that ended with an error event (envelope);
 - `invalid:WHY`: anything else: a broken promise (so is an `internal_error`);
 - `hang`: no answer within the client's timeout; `broken:EXC`: the connection
-  to the gateway failed.
+  to the gateway failed;
+- `abandoned`: the client hung up after the first chunk of a stream, on
+  purpose (the gateway must cancel the upstream request and forget it).
 """
 
 from __future__ import annotations
@@ -89,24 +91,32 @@ def _envelope_label(payload: Any, prefix: str) -> str:
     return f"{prefix}:{error['code'] if error['code'] is not None else error['type']}"
 
 
-def request_mix(rng: random.Random) -> tuple[str, dict[str, Any]]:
-    """Half streamed; some hot sampling (the standard pool), the rest speculative."""
+@dataclass(frozen=True)
+class Call:
+    path: str
+    body: dict[str, Any]
+    abandon: bool = False  # hang up after the first chunk
+
+
+def request_mix(rng: random.Random, abandon_rate: float = 0.0) -> Call:
+    """Half streamed; some hot sampling (the standard pool), the rest speculative;
+    `abandon_rate` of the streams are dropped by the client after their first chunk."""
     stream = rng.random() < 0.5
     temperature = 1.5 if rng.random() < 0.4 else 0.7
     if rng.random() < 0.8:
         path, body = "/v1/chat/completions", {"messages": PROMPT}
     else:
         path, body = "/v1/completions", {"prompt": "Tell me about rivers."}
-    return path, {"model": "fake-model", "stream": stream, "temperature": temperature,
-                  "max_tokens": 64, **body}
+    return Call(path, {"model": "fake-model", "stream": stream, "temperature": temperature,
+                       "max_tokens": 64, **body}, abandon=stream and rng.random() < abandon_rate)
 
 
 async def run_load(base_url: str, total: int, concurrency: int, timeout_s: float,
-                   seed: int = 0) -> LoadReport:
+                   seed: int = 0, abandon_rate: float = 0.0) -> LoadReport:
     """Send `total` requests with `concurrency` workers; every request has `timeout_s`."""
     report = LoadReport()
     rng = random.Random(seed)
-    mix = [request_mix(rng) for _ in range(total)]
+    mix = [request_mix(rng, abandon_rate) for _ in range(total)]
     next_index = iter(range(total))
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
@@ -115,9 +125,8 @@ async def run_load(base_url: str, total: int, concurrency: int, timeout_s: float
 
         async def worker() -> None:
             for index in next_index:
-                path, body = mix[index]
                 began = time.perf_counter()
-                report.outcomes[await _one(session, path, body)] += 1
+                report.outcomes[await _one(session, mix[index])] += 1
                 report.durations.append(time.perf_counter() - began)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -125,11 +134,15 @@ async def run_load(base_url: str, total: int, concurrency: int, timeout_s: float
     return report
 
 
-async def _one(session: aiohttp.ClientSession, path: str, body: dict[str, Any]) -> str:
+async def _one(session: aiohttp.ClientSession, call: Call) -> str:
     try:
-        async with session.post(path, json=body) as response:
+        async with session.post(call.path, json=call.body) as response:
+            if call.abandon and response.status == 200:
+                await response.content.readany()
+                response.close()  # drops the connection
+                return "abandoned"
             content = await response.read()
-            return judge(body["stream"], response.status, response.headers.get("content-type", ""),
+            return judge(call.body["stream"], response.status, response.headers.get("content-type", ""),
                          content)
     except asyncio.TimeoutError:
         return "hang"
