@@ -189,8 +189,11 @@ class ProxyEndpoints:
 
         def open_upstream() -> Awaitable[Opened]:
             in_flight.inc()
-            self.metrics.overhead.observe(time.perf_counter() - started)
-            opening = self.forwarder.open(pool, path, headers, raw, method=method,
+            spent = time.perf_counter() - started
+            self.metrics.overhead.observe(spent)
+            # total_s counts from the request's arrival and covers the whole answer
+            deadline = asyncio.get_running_loop().time() + pool.spec.timeouts.total_s - spent
+            opening = self.forwarder.open(pool, path, headers, raw, method=method, deadline=deadline,
                                           header_timeout_s=header_timeout_s, degraded=degraded)
             return opening if traffic is None else _metered(opening)
 
@@ -218,7 +221,7 @@ class ProxyEndpoints:
             self.log.info("request", **fields)
 
         timeouts = pool.spec.timeouts
-        relay_timeouts = RelayTimeouts(first_chunk_s=timeouts.first_byte_s, total_s=timeouts.total_s,
+        relay_timeouts = RelayTimeouts(first_chunk_s=timeouts.first_byte_s,
                                        keepalive_s=self.settings.keepalive_s)
         extra = {"x-specgate-pool": pool.name, "x-specgate-rule": rule, "x-request-id": rid}
         return Exchange(open_upstream, extra, relay_timeouts, finish)

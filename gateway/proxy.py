@@ -74,7 +74,9 @@ class Forwarder:
         self.on_retry = on_retry
 
     async def open(self, pool: Pool, path: str, headers: list[tuple[str, str]], body: bytes,
-                   *, method: str = "POST", header_timeout_s: float, degraded: bool = False) -> Opened:
+                   *, method: str = "POST", header_timeout_s: float, deadline: float | None = None,
+                   degraded: bool = False) -> Opened:
+        """`deadline` (event-loop time) bounds the whole exchange, body included."""
         transport = self.transport_for(pool)
         t = pool.spec.timeouts
         # The transport applies "read" to the wait for headers and to every later read:
@@ -90,7 +92,7 @@ class Forwarder:
             lease = pool.acquire(exclude=tried, degraded=degraded)
             tried.append(lease.endpoint)
             request = httpx.Request(method, lease.endpoint.url_for(path), headers=headers, content=body,
-                                    extensions={"timeout": timeouts})
+                                    extensions={"timeout": timeouts, "deadline": deadline})
             try:
                 response = await transport.handle_async_request(request)
             except (httpx.ReadTimeout, httpx.PoolTimeout):

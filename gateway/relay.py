@@ -30,7 +30,6 @@ SSE = "text/event-stream"
 @dataclass(frozen=True)
 class RelayTimeouts:
     first_chunk_s: float  # streams: first body chunk after the headers
-    total_s: float
     keepalive_s: float
 
 
@@ -128,13 +127,12 @@ class Exchange:
         await send({"type": "http.response.start", "status": response.status_code,
                     "headers": response_headers(response.headers, self.headers)})
         chunks = response.aiter_raw()
-        try:
-            async with asyncio.timeout(self.timeouts.total_s):
-                first = await self._first_chunk(chunks, send)
-                if first:
-                    await send({"type": "http.response.body", "body": first, "more_body": True})
-                    async for chunk in chunks:
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        try:  # the transport holds every read to the request's deadline
+            first = await self._first_chunk(chunks, send)
+            if first:
+                await send({"type": "http.response.body", "body": first, "more_body": True})
+                async for chunk in chunks:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except (httpx.HTTPError, TimeoutError) as exc:
             error = _upstream_error(exc)
             outcome.status, outcome.error = error.status_code, error

@@ -9,6 +9,10 @@ uvicorn uses (httptools), and a LIFO list of idle keep-alive connections per
 origin. A connection the server closed while idle is noticed by the event
 loop (`connection_lost`), never by polling.
 
+Besides httpx's timeouts it honours `extensions["deadline"]` (event-loop time):
+no read waits past it, so a backend that trickles bytes cannot stretch a
+request beyond its total time.
+
 Limits: `keepalive_expiry` drops idle connections older than that;
 `max_connections` bounds the requests in flight per origin (a request
 waits up to the pool timeout for a slot); `max_keepalive_connections` bounds
@@ -159,17 +163,30 @@ def _expire(waiter: asyncio.Future[None]) -> None:
         waiter.set_exception(httpx.ReadTimeout("no data from the server within the read timeout"))
 
 
+def _bounded(read_timeout: float | None, deadline: float | None) -> float | None:
+    """The wait allowed for one read: the read timeout, cut short by the request's
+    deadline (`extensions["deadline"]`, event-loop time) when it has one."""
+    if deadline is None:
+        return read_timeout
+    left = deadline - asyncio.get_running_loop().time()
+    if left <= 0:
+        raise httpx.ReadTimeout("the request's total time is up")
+    return left if read_timeout is None else min(read_timeout, left)
+
+
 class ResponseStream(httpx.AsyncByteStream):
     def __init__(self, transport: PooledTransport, origin: Origin, connection: Connection,
-                 read_timeout: float | None) -> None:
+                 read_timeout: float | None, deadline: float | None) -> None:
         self._transport = transport
         self._origin = origin
         self._connection = connection
         self._read_timeout = read_timeout
+        self._deadline = deadline
         self._done = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        while (chunk := await self._connection.next_chunk(self._read_timeout)) is not None:
+        connection = self._connection
+        while (chunk := await connection.next_chunk(_bounded(self._read_timeout, self._deadline))) is not None:
             yield chunk
 
     async def aclose(self) -> None:
@@ -199,17 +216,19 @@ class PooledTransport(httpx.AsyncBaseTransport):
             raise httpx.PoolTimeout("no free connection slot within the pool timeout", request=request) from None
         payload = _serialize(request, await request.aread())
         try:
-            connection = await self._exchange(origin, payload, timeouts, request)
+            connection = await self._exchange(origin, payload, timeouts, request.extensions.get("deadline"),
+                                              request)
         except BaseException:
             slots.release()
             raise
         headers = connection.headers
         return httpx.Response(connection.status, headers=headers,
-                              stream=ResponseStream(self, origin, connection, timeouts.get("read")),
+                              stream=ResponseStream(self, origin, connection, timeouts.get("read"),
+                                                    request.extensions.get("deadline")),
                               extensions={"http_version": b"HTTP/1.1"})
 
     async def _exchange(self, origin: Origin, payload: bytes, timeouts: dict[str, Any],
-                        request: httpx.Request) -> Connection:
+                        deadline: float | None, request: httpx.Request) -> Connection:
         idle = self._idle.get(origin)
         while idle:
             connection = idle.pop()
@@ -219,7 +238,7 @@ class PooledTransport(httpx.AsyncBaseTransport):
                 continue
             connection.send(payload)
             try:
-                await connection.wait_headers(timeouts.get("read"))
+                await connection.wait_headers(_bounded(timeouts.get("read"), deadline))
                 return connection
             except _ClosedEarly:  # the server dropped the idle connection: use a new one
                 self._discard(connection)
@@ -229,7 +248,7 @@ class PooledTransport(httpx.AsyncBaseTransport):
         connection = await self._connect(origin, timeouts.get("connect"), request)
         connection.send(payload)
         try:
-            await connection.wait_headers(timeouts.get("read"))
+            await connection.wait_headers(_bounded(timeouts.get("read"), deadline))
         except _ClosedEarly:
             self._discard(connection)
             raise httpx.RemoteProtocolError("the server closed the connection without a response",

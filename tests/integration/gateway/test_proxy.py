@@ -175,6 +175,23 @@ def test_first_byte_timeout_is_504(start_gateway, spec_fake, std_fake):
         assert time.monotonic() - started < 1.5
 
 
+def test_total_timeout_bounds_the_whole_answer(start_gateway, spec_fake, std_fake):
+    policy = policy_dict([spec_fake.url], [std_fake.url])
+    policy["pools"]["speculative"]["timeouts"] = {"connect_s": 1, "first_byte_s": 1, "total_s": 1.2}
+    gw = start_gateway(policy)
+    spec_fake.script(text="a b c d e f g h", chunks=8, delay=0.3)  # 2.4 s in all, 0.3 s between chunks
+    started = time.monotonic()
+    with httpx.stream("POST", gw.base_url + "/chat/completions", timeout=10,
+                      json={"model": "m", "messages": MESSAGES, "stream": True, **GREEDY}) as response:
+        lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+    assert time.monotonic() - started < 2.0
+    assert json.loads(lines[-1][6:])["error"]["code"] == "upstream_timeout"
+    started = time.monotonic()
+    response = httpx.post(gw.base_url + "/chat/completions", timeout=10,
+                          json={"model": "m", "messages": MESSAGES, **GREEDY})
+    assert response.status_code == 504 and time.monotonic() - started < 2.0
+
+
 def test_upstream_4xx_passes_through_unchanged(gateway, spec_fake):
     spec_fake.fail_next(1, status=400, message="This model's maximum context length is 2048 tokens.")
     with pytest.raises(openai.BadRequestError) as info:

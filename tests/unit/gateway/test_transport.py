@@ -191,3 +191,29 @@ def test_streams_from_a_real_server_through_httpx():
 
     with FakeVllm() as fake:
         asyncio.run(main(fake.url))
+
+
+def test_deadline_bounds_a_trickling_body():
+    async def main() -> None:
+        async def handler(reader, writer):
+            await read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n")
+            for _ in range(100):  # one byte every 50 ms: never a read timeout, 5 s in all
+                writer.write(b"x")
+                await writer.drain()
+                await asyncio.sleep(0.05)
+
+        async with RawServer(handler) as url:
+            transport = PooledTransport()
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            trickle = httpx.Request("POST", url + "/v1/x", content=b"{}", extensions={
+                "timeout": {"connect": 2, "read": 1.0, "pool": 2}, "deadline": started + 0.5})
+            response = await transport.handle_async_request(trickle)
+            with pytest.raises(httpx.ReadTimeout):
+                await response.aread()
+            assert loop.time() - started < 0.8
+            await response.aclose()
+            await transport.aclose()
+
+    asyncio.run(main())
