@@ -1,0 +1,123 @@
+"""End to end on real vLLM: two vLLM CPU servers (n-gram speculative and
+standard) serving the packaged SmolLM2-135M-Instruct, and the gateway in front,
+started with `specgate up`'s own start-up code. The official openai client
+talks to the gateway. Slow (vLLM loads for a minute or two): one stack per module.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from backends.model import cache_dir, prepare
+from backends.up import Stack, gateway_service, vllm_backends
+from gateway.settings import default_policy_path
+from tests.fakes.process import free_port
+
+pytestmark = pytest.mark.e2e
+
+ADMIN = "e2e-admin-token"
+PROMPT = [{"role": "user", "content": "Explain in a few sentences why the sky is blue."}]
+
+
+def e2e_policy(spec_port: int, std_port: int) -> dict:
+    policy = yaml.safe_load(default_policy_path().read_text())
+    policy["pools"]["speculative"]["endpoints"] = [{"url": f"http://127.0.0.1:{spec_port}"}]
+    policy["pools"]["standard"]["endpoints"] = [{"url": f"http://127.0.0.1:{std_port}"}]
+    policy["overrides"] = {"route_header": True}  # to pin the greedy reference to the standard pool
+    # a quick guard, so it has a window of data after a few requests
+    policy["guard"].update(interval_s=1, window="30s")
+    policy["guard"]["speculative"].update(min_draft_tokens=10, trip_after=1000)
+    return policy
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    model_dir = prepare()  # cached outside the checkout, reused between runs
+    work: Path = tmp_path_factory.mktemp("e2e")
+    ports = (free_port(), free_port())
+    policy = work / "policy.yaml"
+    policy.write_text(yaml.safe_dump(e2e_policy(*ports)))
+    gateway = gateway_service(policy, free_port(), work)
+    gateway.env["SPECGATE_ADMIN_TOKEN"] = ADMIN
+    running = Stack(vllm_backends(model_dir, work, ports), gateway)
+    try:
+        running.start(timeout_s=600, progress=print)
+    except BaseException:
+        running.stop()
+        for service in running.services:
+            if service.log.exists():
+                print(service.name, service.log.read_text()[-3000:])
+        raise
+    yield running, ports
+    running.stop()
+
+
+def base_url(stack) -> str:
+    running, _ = stack
+    return running.gateway.health_url.removesuffix("/readyz")
+
+
+def client(stack) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url(stack) + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def stream_text(stack, **extra) -> tuple[str, str]:
+    """(pool, text) of a streamed greedy chat completion through the gateway."""
+    with client(stack).chat.completions.with_streaming_response.create(
+            model="smollm2", messages=PROMPT, temperature=0, max_tokens=128, stream=True, **extra) as response:
+        pool = response.headers["x-specgate-pool"]
+        text = "".join(c.choices[0].delta.content or "" for c in response.parse() if c.choices)
+    return pool, text
+
+
+def spec_draft_tokens(ports) -> float:
+    text = httpx.get(f"http://127.0.0.1:{ports[0]}/metrics", timeout=10).text  # classic text format
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:spec_decode_num_draft_tokens_total{"))
+
+
+def test_greedy_stream_is_speculative_and_equals_the_standard_pool(stack):
+    from transformers import AutoTokenizer
+
+    _, ports = stack
+    before = spec_draft_tokens(ports)
+    spec_pool, spec_text = stream_text(stack)
+    std_pool, std_text = stream_text(stack, extra_headers={"x-specgate-route": "standard"})
+    assert (spec_pool, std_pool) == ("speculative", "standard")
+    assert spec_text.strip()
+    tokenizer = AutoTokenizer.from_pretrained(prepare())
+    spec_ids, std_ids = tokenizer.encode(spec_text), tokenizer.encode(std_text)
+    same = next((i for i, (a, b) in enumerate(zip(spec_ids, std_ids)) if a != b), min(len(spec_ids), len(std_ids)))
+    print(f"greedy texts: {len(spec_ids)} and {len(std_ids)} tokens, identical for the first {same}; "
+          f"whole texts equal: {spec_text == std_text}")
+    assert same >= 32, f"speculative and standard greedy outputs diverge at token {same}"
+    assert spec_draft_tokens(ports) > before  # the speculative server really drafted
+
+
+def test_hot_sampling_goes_to_the_standard_pool(stack):
+    raw = client(stack).chat.completions.with_raw_response.create(
+        model="smollm2", messages=PROMPT, temperature=1.5, max_tokens=32)
+    assert raw.headers["x-specgate-pool"] == "standard"
+    assert raw.headers["x-specgate-rule"] == "hot-sampling"
+    assert raw.parse().choices[0].message.content is not None
+
+
+def test_guard_reads_a_real_acceptance_rate(stack):
+    deadline = time.monotonic() + 90
+    rate = None
+    while time.monotonic() < deadline and rate is None:
+        stream_text(stack)  # keep speculative traffic flowing
+        state = httpx.get(base_url(stack) + "/admin/guard", headers={"authorization": f"Bearer {ADMIN}"},
+                          timeout=10).json()
+        signals = state["pools"]["speculative"]["signals"]
+        rate = signals and signals.get("acceptance_rate")
+    assert rate is not None, state
+    assert 0.0 < rate < 1.0
+    print(f"guard (scrape) acceptance rate: {rate:.3f}, mean accepted length "
+          f"{state['pools']['speculative']['signals']['mean_accepted_length']}")
