@@ -26,21 +26,24 @@ from tests.unit.deploy.conftest import DEPLOY, require_tool
 DEADLINE_S = 40
 
 
+# The names as Prometheus receives them from vLLM: prometheus_client writes
+# `vllm:x` as `vllm_x` in the OpenMetrics format Prometheus negotiates, and the
+# committed config's metric relabeling must restore vLLM's names.
 def speculative_metrics(elapsed: float) -> str:
     # Per second: 25 drafts of 4 tokens, 40 accepted (acceptance 0.4).
     labels = 'model_name="m",engine="0"'
     return "".join([
-        "# TYPE vllm:spec_decode_num_drafts_total counter\n",
-        f"vllm:spec_decode_num_drafts_total{{{labels}}} {25 * elapsed}\n",
-        "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n",
-        f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} {100 * elapsed}\n",
-        "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n",
-        f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {40 * elapsed}\n",
+        "# TYPE vllm_spec_decode_num_drafts_total counter\n",
+        f"vllm_spec_decode_num_drafts_total{{{labels}}} {25 * elapsed}\n",
+        "# TYPE vllm_spec_decode_num_draft_tokens_total counter\n",
+        f"vllm_spec_decode_num_draft_tokens_total{{{labels}}} {100 * elapsed}\n",
+        "# TYPE vllm_spec_decode_num_accepted_tokens_total counter\n",
+        f"vllm_spec_decode_num_accepted_tokens_total{{{labels}}} {40 * elapsed}\n",
     ])
 
 
 def standard_metrics(elapsed: float) -> str:
-    return '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m",engine="0"} 3\n'
+    return '# TYPE vllm_num_requests_running gauge\nvllm_num_requests_running{model_name="m",engine="0"} 3\n'
 
 
 def gateway_metrics(elapsed: float) -> str:
