@@ -20,6 +20,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("check", "gateway.commands.check", "validate a policy file"),
     ("explain", "gateway.commands.explain", "print the routing decision for a request"),
     ("sim", "backends.sim.command", "run a simulated vLLM pool (speculative or standard)"),
+    ("engine", "backends.engine.cli", "run the bundled speculative engine (OpenAI API, vLLM metrics)"),
     ("up", "backends.up", "start the bundled backends and the gateway on this machine"),
     ("model", "backends.model", "prepare the packaged SmolLM2 model for vLLM"),
     ("check-draft", "backends.vllm.check_draft", "check that a draft model's tokenizer matches the target's"),

@@ -1,0 +1,43 @@
+"""Run the bundled engine: an OpenAI-compatible server with tree speculation.
+
+It serves a Hugging Face causal LM (default: the packaged SmolLM2-135M-Instruct)
+with vLLM's wire format and metric names, drafting token trees by prompt
+lookup and verifying each tree in one forward pass with the project's kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    parser.add_argument("--model", default="default",
+                        help="model folder, .gguf file, or 'default' (the packaged SmolLM2)")
+    parser.add_argument("--drafter", default="ngram",
+                        help="'ngram' (prompt lookup, default) or 'model:PATH' (a draft model "
+                        "sharing the tokenizer)")
+    parser.add_argument("--no-speculation", action="store_true", help="plain decoding")
+    parser.add_argument("--served-model-name", help="model name in the API (default: the model's)")
+    parser.add_argument("--max-model-len", type=int, default=2048)
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+    from prometheus_client import CollectorRegistry
+
+    from backends.engine.drafters import make_drafter_factory
+    from backends.engine.generate import EngineGenerator
+    from backends.engine.loading import load_model
+    from backends.serving import VllmMetrics, create_openai_app
+
+    loaded = load_model(args.model)
+    name = args.served_model_name or loaded.source.name
+    factory = None if args.no_speculation else make_drafter_factory(args.drafter)
+    depth = factory().max_depth if factory else None
+    metrics = VllmMetrics(CollectorRegistry(), name, num_speculative_tokens=depth)
+    generator = EngineGenerator(loaded.model, loaded.tokenizer, metrics, factory, args.max_model_len)
+    app = create_openai_app(generator, metrics, name, max_model_len=args.max_model_len)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    return 0

@@ -1,0 +1,176 @@
+"""Decoding loop and the `TokenGenerator` the serving layer drives.
+
+One worker thread owns the model: requests wait in a queue and are decoded
+one at a time, so torch never runs on the event loop and two requests never
+share a KV cache. Text goes back to the request's coroutine through
+`loop.call_soon_threadsafe`; a client that leaves sets a flag the loop checks
+between steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from backends.engine.decoding import Sampling, SequenceState, TreeVerifier
+from backends.engine.tree import DraftTree
+from backends.serving import Delta, GenerationRequest, VllmMetrics
+
+
+class Drafter(Protocol):
+    max_depth: int
+
+    def propose(self, tokens: list[int]) -> DraftTree: ...
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    max_tokens: int
+    sampling: Sampling = Sampling()
+    stop_ids: frozenset[int] = frozenset()
+
+
+@dataclass
+class StepStats:
+    tokens: list[int]
+    draft_depth: int = 0  # draft tokens proposed along the deepest path
+    accepted: int = 0
+
+
+def decode(verifier: TreeVerifier, prompt: list[int], options: DecodeOptions,
+           drafter: Drafter | None = None) -> Iterator[StepStats]:
+    """Generate after `prompt`, one verification step at a time (a step yields
+    the accepted draft tokens plus the bonus token). Stops at a stop token or
+    `max_tokens`. Without a drafter every step is plain decoding."""
+    state: SequenceState = verifier.start(prompt)
+    produced = 0
+    while produced < options.max_tokens:
+        tree = drafter.propose(state.tokens) if drafter else DraftTree.root_only(state.tokens[-1])
+        tree = tree.pruned(options.max_tokens - produced - 1)
+        result = verifier.step(state, tree, options.sampling)
+        tokens = result.new_tokens[: options.max_tokens - produced]
+        for i, token in enumerate(tokens):
+            if token in options.stop_ids:
+                tokens = tokens[: i + 1]
+                break
+        produced += len(tokens)
+        yield StepStats(tokens, tree.depth(), result.accepted)
+        if tokens[-1] in options.stop_ids:
+            return
+
+
+@dataclass(eq=False)
+class Job:
+    prompt: list[int]
+    options: DecodeOptions
+    emit: Callable[[object], None]  # thread-safe: Delta, an exception, or None at the end
+    started: Callable[[], None]
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+class EngineGenerator:
+    """Serves requests from one model; speculative when given a drafter factory."""
+
+    def __init__(self, model: Any, tokenizer: Any, metrics: VllmMetrics,
+                 drafter_factory: Callable[[], Drafter] | None = None, max_model_len: int = 2048) -> None:
+        self.verifier = TreeVerifier(model)
+        self.tokenizer = tokenizer
+        self.metrics = metrics
+        self.drafter_factory = drafter_factory
+        self.max_model_len = max_model_len
+        self._jobs: queue.Queue[Job] = queue.Queue()
+        self._worker = threading.Thread(target=self._work, name="engine", daemon=True)
+        self._worker.start()
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        prompt = self.encode(request)
+        if len(prompt) >= self.max_model_len:
+            raise ValueError(f"the prompt has {len(prompt)} tokens; this model takes {self.max_model_len}")
+        loop = asyncio.get_running_loop()
+        inbox: asyncio.Queue[object] = asyncio.Queue()
+        budget = self.max_model_len - len(prompt)
+        options = DecodeOptions(
+            max_tokens=min(request.max_tokens or budget, budget),
+            sampling=Sampling.create(request.temperature if request.temperature is not None else 1.0,
+                                     request.top_k or 0, request.top_p if request.top_p is not None else 1.0,
+                                     request.seed),
+            stop_ids=frozenset(t for t in (self.tokenizer.eos_token_id,) if t is not None))
+        job = Job(prompt, options, emit=lambda item: loop.call_soon_threadsafe(inbox.put_nowait, item),
+                  started=lambda: loop.call_soon_threadsafe(request.mark_running))
+        self._jobs.put(job)
+        text = _StopText(request.stop)
+        try:
+            while (item := await inbox.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                assert isinstance(item, Delta)
+                piece, stopped = text.feed(item.text)
+                if stopped:
+                    yield Delta(piece, tokens=item.tokens, finish_reason="stop", prompt_tokens=len(prompt))
+                    return
+                yield Delta(piece, item.tokens, item.finish_reason, prompt_tokens=len(prompt))
+        finally:
+            job.cancelled.set()
+
+    def encode(self, request: GenerationRequest) -> list[int]:
+        if request.messages is not None:
+            return list(self.tokenizer.apply_chat_template(list(request.messages), add_generation_prompt=True,
+                                                           tokenize=True, return_dict=False))
+        return list(self.tokenizer.encode(request.prompt or ""))
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job.cancelled.is_set():
+                continue
+            try:
+                job.started()
+                self._run(job)
+            except Exception as exc:  # noqa: BLE001 - reaches the request as its error
+                job.emit(exc)
+            finally:
+                job.emit(None)
+
+    def _run(self, job: Job) -> None:
+        drafter = self.drafter_factory() if self.drafter_factory else None
+        output: list[int] = []
+        sent = ""
+        produced = pending = 0
+        for step in decode(self.verifier, job.prompt, job.options, drafter):
+            if job.cancelled.is_set():
+                return
+            if drafter is not None and step.draft_depth:
+                per_position = [1 if i < step.accepted else 0 for i in range(step.draft_depth)]
+                self.metrics.observe_spec_decode(1, step.draft_depth, step.accepted, per_position)
+            output += step.tokens
+            produced += len(step.tokens)
+            pending += len(step.tokens)
+            text = self.tokenizer.decode(output, skip_special_tokens=True)
+            finished = step.tokens[-1] in job.options.stop_ids or produced >= job.options.max_tokens
+            reason = ("stop" if step.tokens[-1] in job.options.stop_ids else "length") if finished else None
+            if text.endswith("\ufffd") and not finished:
+                continue  # half a multi-byte character: wait for the rest
+            job.emit(Delta(text[len(sent):], tokens=pending, finish_reason=reason))
+            sent, pending = text, 0
+
+
+class _StopText:
+    """Cuts the text at the first stop string (the stop string itself is dropped)."""
+
+    def __init__(self, stops: tuple[str, ...]) -> None:
+        self.stops = stops
+        self.seen = ""
+
+    def feed(self, piece: str) -> tuple[str, bool]:
+        if not self.stops:
+            return piece, False
+        before = len(self.seen)
+        self.seen += piece
+        cuts = [i for i in (self.seen.find(s) for s in self.stops) if i >= 0]
+        if not cuts:
+            return piece, False
+        return self.seen[before:max(before, min(cuts))], True

@@ -1,0 +1,116 @@
+"""The bundled engine: exact greedy speculation, drafters, and the server."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+from prometheus_client import CollectorRegistry
+
+from backends.engine.decoding import Sampling, TreeVerifier
+from backends.engine.draft_model import DraftModel
+from backends.engine.generate import DecodeOptions, EngineGenerator, decode
+from backends.engine.loading import load_model
+from backends.engine.ngram import NgramConfig, NgramDrafter
+from backends.engine.tree import DraftTree
+from backends.serving import VllmMetrics, create_openai_app
+from backends.serving.server import BackgroundServer
+
+PROMPTS = {
+    "code": "Add type hints to this code and keep everything else the same:\n\n"
+            "def add(a, b):\n    total = a + b\n    return total\n\n"
+            "def mul(a, b):\n    total = a * b\n    return total\n",
+    "chat": "What are three good habits for staying healthy?",
+    "summarisation": "Summarise this paragraph in two sentences: The river flows from the mountains to "
+                     "the sea. Along the way the river feeds farms, towns and forests. In spring the river "
+                     "floods the valley, and in summer the river runs low and slow.",
+}
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return load_model("default")
+
+
+def prompt_ids(loaded, text: str) -> list[int]:
+    return list(loaded.tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                     add_generation_prompt=True, tokenize=True, return_dict=False))
+
+
+def generate(verifier, prompt, drafter=None, max_tokens=128, stop=frozenset()):
+    steps = list(decode(verifier, prompt, DecodeOptions(max_tokens=max_tokens, stop_ids=stop), drafter))
+    return [t for s in steps for t in s.tokens], steps
+
+
+@pytest.mark.parametrize("kind", list(PROMPTS))
+def test_greedy_with_a_draft_tree_is_token_for_token_plain_greedy(loaded, kind):
+    verifier = TreeVerifier(loaded.model)
+    prompt = prompt_ids(loaded, PROMPTS[kind])
+    plain, plain_steps = generate(verifier, prompt)
+    drafted, steps = generate(verifier, prompt, NgramDrafter(NgramConfig()))
+    assert len(plain) == 128  # no stop token: the full 128 tokens are compared
+    assert drafted == plain
+    assert all(len(s.tokens) == 1 for s in plain_steps)
+    if kind != "chat":  # prompts the answer copies from: drafts are accepted, steps are saved
+        assert sum(s.accepted for s in steps) > 0 and len(steps) < len(plain_steps)
+
+
+def test_draft_model_tree_is_exact_and_accepted(loaded):
+    verifier = TreeVerifier(loaded.model)
+    prompt = prompt_ids(loaded, PROMPTS["chat"])
+    plain, _ = generate(verifier, prompt, max_tokens=40)
+    drafted, steps = generate(verifier, prompt, DraftModel(loaded.model).drafter(), max_tokens=40)
+    assert drafted == plain
+    # the draft is the target itself here: nearly every draft token must be accepted
+    assert sum(s.accepted for s in steps) >= 0.8 * sum(s.draft_depth for s in steps)
+
+
+def test_sampling_is_seeded_and_stops_at_max_tokens(loaded):
+    verifier = TreeVerifier(loaded.model)
+    prompt = prompt_ids(loaded, PROMPTS["summarisation"])
+
+    def sample(seed):
+        options = DecodeOptions(max_tokens=24, sampling=Sampling.create(0.8, 0, 0.95, seed))
+        return [t for s in decode(verifier, prompt, options, NgramDrafter()) for t in s.tokens]
+
+    first, again, other = sample(7), sample(7), sample(8)
+    assert len(first) == 24 and first == again
+    assert first != other
+
+
+def test_tree_pruning_keeps_shallow_nodes():
+    tree = DraftTree(tokens=[9, 1, 2, 3, 4], parents=[-1, 0, 1, 0, 3])
+    assert tree.depth() == 2
+    assert tree.pruned(1) == DraftTree(tokens=[9, 1, 3], parents=[-1, 0, 0])
+    assert tree.pruned(0) == DraftTree(tokens=[9], parents=[-1])
+
+
+@pytest.fixture(scope="module")
+def engine_server(loaded):
+    metrics = VllmMetrics(CollectorRegistry(), "smollm2", num_speculative_tokens=NgramConfig().max_depth)
+    generator = EngineGenerator(loaded.model, loaded.tokenizer, metrics, lambda: NgramDrafter(NgramConfig()))
+    with BackgroundServer(create_openai_app(generator, metrics, "smollm2", max_model_len=2048)) as server:
+        yield server.url
+
+
+def test_server_answers_the_openai_client(engine_server):
+    client = openai.OpenAI(base_url=engine_server + "/v1", api_key="unused", max_retries=0, timeout=120)
+    before = _draft_tokens(engine_server)
+    chat = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": PROMPTS["code"]}],
+                                          temperature=0, max_tokens=48)
+    streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": PROMPTS["code"]}], temperature=0, max_tokens=48,
+        stream=True) if c.choices)
+    assert chat.choices[0].message.content and streamed == chat.choices[0].message.content
+    assert chat.usage.completion_tokens == 48 and chat.choices[0].finish_reason == "length"
+    completion = client.completions.create(model="smollm2", prompt="def fibonacci(n):", max_tokens=16,
+                                           temperature=0.8, seed=3)
+    assert completion.choices[0].text
+    assert [m.id for m in client.models.list()] == ["smollm2"]
+    assert _draft_tokens(engine_server) > before
+
+
+def _draft_tokens(url: str) -> float:
+    text = httpx.get(url + "/metrics").text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:spec_decode_num_draft_tokens_total{"))
