@@ -17,11 +17,15 @@ from backends.engine.tree import DraftTree, TrieBuilder
 
 @dataclass(frozen=True)
 class NgramConfig:
+    """Defaults tuned on a 2-core CPU (docs/benchmarks.md): there a forward pass
+    costs about in proportion to the tokens it scores, so small trees of
+    two-token-or-longer matches beat big speculative trees."""
+
     max_ngram: int = 4
-    min_ngram: int = 1
-    max_matches: int = 6
-    max_depth: int = 10
-    max_nodes: int = 32
+    min_ngram: int = 2
+    max_matches: int = 3
+    max_depth: int = 6
+    max_nodes: int = 12
 
 
 @dataclass
