@@ -1,0 +1,1 @@
+"""Operator tools: load measurement (`specgate bench`) and baselines."""
