@@ -24,6 +24,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("bench", "gateway.ops.bench", "benchmark OpenAI-compatible URLs (TTFT, TPOT, E2E, throughput)"),
     ("baseline", "gateway.ops.baseline_cmd", "record the latency baseline the guard compares against"),
     ("report", "gateway.ops.report", "weekly operations report from Prometheus (acceptance, speedup, fallbacks)"),
+    ("tune", "gateway.ops.tune", "sweep a speculative profile's draft length and recommend the fastest"),
     ("up", "backends.up", "start the bundled backends and the gateway on this machine"),
     ("model", "backends.model", "prepare the packaged SmolLM2 model for vLLM"),
     ("check-draft", "backends.vllm.check_draft", "check that a draft model's tokenizer matches the target's"),
