@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from gateway.ops.measure import Sample, percentile, timed_request  # noqa: E402
-from gateway.ops.prompts import Prompt, user  # noqa: E402
+from gateway.ops.prompts import Prompt, prompt_from, user  # noqa: E402
 
 TEXTS = {
     "chat": ["Tell me about the history of tea.", "How do I plan a week of healthy meals?"],
@@ -59,6 +59,21 @@ def make_trace(count: int, seed: int, duration_s: float) -> list[tuple[float, Pr
         trace.append((at, user(rng.choice(TEXTS[domain]), max_tokens=max_tokens, temperature=temperature,
                                domain=domain), rng.random() < 0.7))
     return trace
+
+
+def write_trace(trace: list[tuple[float, Prompt, bool]], path: Path) -> None:
+    """One JSON object per request: arrival time (s from the start), stream, and the prompt fields."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as out:
+        for at, prompt, stream in trace:
+            out.write(json.dumps({"at": at, "stream": stream, "messages": list(prompt.messages),
+                                  "max_tokens": prompt.max_tokens, "temperature": prompt.temperature,
+                                  "domain": prompt.domain}) + "\n")
+
+
+def read_trace(path: Path) -> list[tuple[float, Prompt, bool]]:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [(row["at"], prompt_from(row), row["stream"]) for row in rows]
 
 
 async def replay(url: str, trace: list[tuple[float, Prompt, bool]], model: str, name: str) -> tuple[list[Sample], float]:
@@ -136,13 +151,20 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--busy", type=int, help="sim only: the default policy's busy threshold instead of 8")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "routing.json")
+    parser.add_argument("--trace", type=Path, help="replay this JSONL trace instead of generating one")
+    parser.add_argument("--trace-out", type=Path, default=ROOT / "bench" / "out" / "routing-trace.jsonl",
+                        help="where the generated trace is written")
     args = parser.parse_args()
     procs: list[subprocess.Popen] = []
     if args.sim:
         procs, urls = start_sims(Path(tempfile.mkdtemp(prefix="specgate-routing-")), args.time_scale, args.busy)
     else:
         urls = {"speculative": args.speculative, "standard": args.standard, "gateway": args.gateway}
-    trace = make_trace(args.requests, args.seed, args.duration)
+    if args.trace:
+        trace = read_trace(args.trace)
+    else:
+        write_trace(make_trace(args.requests, args.seed, args.duration), args.trace_out)
+        trace = read_trace(args.trace_out)  # replay exactly what the file holds
     results = []
     try:
         for name in ("speculative", "standard", "gateway"):
@@ -154,7 +176,7 @@ def main() -> None:
             proc.terminate()
     best_static = max(results[:2], key=lambda r: r["goodput_rps"])
     gateway = results[2]
-    summary = {"trace": {"requests": args.requests, "duration_s": args.duration, "seed": args.seed},
+    summary = {"trace": {"requests": len(trace), "file": str(args.trace or args.trace_out), "seed": args.seed},
                "busy_threshold": args.busy or 8,
                "slo_ms_per_token": args.slo_ms, "results": results,
                "gateway_goodput_gain_over_best_static": gateway["goodput_rps"] / best_static["goodput_rps"] - 1

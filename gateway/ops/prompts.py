@@ -1,4 +1,4 @@
-"""Benchmark prompts: a built-in mixed set, or a JSONL file of your own.
+"""Benchmark prompts: the built-in mixed set (prompts.json), or a JSONL file of your own.
 
 A JSONL line is `{"messages": [...]}` or `{"prompt": "..."}`, optionally with
 `max_tokens`, `temperature` and `domain`.
@@ -10,8 +10,6 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-CODE = "def parse(line):\n    name, age = line.split(',')\n    return {'name': name, 'age': int(age)}\n"
 
 
 @dataclass(frozen=True)
@@ -44,19 +42,17 @@ def user(text: str, **fields: Any) -> Prompt:
 
 
 def builtin_prompts() -> list[Prompt]:
-    """Chat, code, math and summarisation; short and long answers."""
-    return [
-        user("Give me three tips for sleeping better.", domain="chat"),
-        user("Write a short poem about autumn rain.", domain="chat", max_tokens=64),
-        user(f"Add type hints and a docstring to this function, and output the full code:\n```python\n{CODE}```",
-             domain="code"),
-        user("Write a Python function that checks whether a string is a palindrome.", domain="code"),
-        user("Solve for x: 3x + 7 = 22. Show each step.", domain="math"),
-        user("What is 17 * 23? Answer with the number only.", domain="math", max_tokens=16),
-        user("Summarize in two sentences: The river rose after three days of rain. Farmers moved their "
-             "animals to higher ground, and the town opened the school as a shelter.", domain="summarization"),
-        user("Explain how a hash map works, in detail, with an example.", domain="chat", max_tokens=512),
-    ]
+    """Chat, code, math and summarisation; short and long answers (prompts.json in this package)."""
+    from importlib import resources
+
+    rows = json.loads(resources.files("gateway.ops").joinpath("prompts.json").read_text(encoding="utf-8"))
+    return [prompt_from(row) for row in rows]
+
+
+def prompt_from(data: dict[str, Any]) -> Prompt:
+    return Prompt(messages=tuple(data.get("messages") or ()), prompt=data.get("prompt"),
+                  max_tokens=data.get("max_tokens"), temperature=data.get("temperature"),
+                  domain=data.get("domain", "chat"))
 
 
 def load_prompts(path: str | Path) -> list[Prompt]:
@@ -66,9 +62,7 @@ def load_prompts(path: str | Path) -> list[Prompt]:
             continue
         try:
             data = json.loads(line)
-            prompts.append(Prompt(messages=tuple(data.get("messages") or ()), prompt=data.get("prompt"),
-                                  max_tokens=data.get("max_tokens"), temperature=data.get("temperature"),
-                                  domain=data.get("domain", "chat")))
+            prompts.append(prompt_from(data))
         except (ValueError, AttributeError) as exc:
             raise ValueError(f"{path}:{number}: not a prompt object: {exc}") from None
         if not prompts[-1].messages and prompts[-1].prompt is None:
