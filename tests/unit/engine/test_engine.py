@@ -65,6 +65,15 @@ def test_draft_model_tree_is_exact_and_accepted(loaded):
     assert sum(s.accepted for s in steps) >= 0.8 * sum(s.draft_depth for s in steps)
 
 
+def test_stop_token_ends_the_output_and_is_kept(loaded):
+    verifier = TreeVerifier(loaded.model)
+    eos = loaded.tokenizer.eos_token_id
+    prompt = prompt_ids(loaded, "What is the capital of France?")
+    tokens, _ = generate(verifier, prompt, NgramDrafter(), max_tokens=64, stop=frozenset({eos}))
+    assert tokens[-1] == eos and eos not in tokens[:-1]
+    assert "Paris" in loaded.tokenizer.decode(tokens)
+
+
 def test_sampling_is_seeded_and_stops_at_max_tokens(loaded):
     verifier = TreeVerifier(loaded.model)
     prompt = prompt_ids(loaded, PROMPTS["summarisation"])
