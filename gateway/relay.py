@@ -127,19 +127,21 @@ class Exchange:
         await send({"type": "http.response.start", "status": response.status_code,
                     "headers": response_headers(response.headers, self.headers)})
         chunks = response.aiter_raw()
+        events = _EventSplitter()
         try:  # the transport holds every read to the request's deadline
             first = await self._first_chunk(chunks, send)
             if first:
-                await send({"type": "http.response.body", "body": first, "more_body": True})
+                await _send_events(send, events.feed(first))
                 async for chunk in chunks:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    await _send_events(send, events.feed(chunk))
         except (httpx.HTTPError, TimeoutError) as exc:
+            # Only whole events went out, so the error event is one the client can parse.
             error = _upstream_error(exc)
             outcome.status, outcome.error = error.status_code, error
             payload = b"data: " + json.dumps(error.body()).encode() + b"\n\n"
             await send({"type": "http.response.body", "body": payload, "more_body": False})
             return
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await send({"type": "http.response.body", "body": events.rest(), "more_body": False})
         outcome.ok = True
 
     async def _first_chunk(self, chunks: AsyncIterator[bytes], send: Send) -> bytes:
@@ -174,6 +176,38 @@ class _Keepalive:
         self.timer.cancel()
         if self.sending is not None and not self.sending.done():
             await asyncio.shield(self.sending)  # the relay's next send must not overlap it
+
+
+class _EventSplitter:
+    """Passes on whole server-sent events as soon as they are complete and keeps
+    a trailing partial event back, so a stream that breaks never leaves the
+    client half an event (which it could not parse)."""
+
+    MAX_PENDING = 1 << 20  # an "event" this large is not SSE: pass it on as it is
+
+    def __init__(self) -> None:
+        self.pending = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self.pending + chunk if self.pending else chunk
+        lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
+        end = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+        if not end:
+            if len(data) < self.MAX_PENDING:
+                self.pending = data
+                return b""
+            end = len(data)
+        self.pending = data[end:]
+        return data[:end]
+
+    def rest(self) -> bytes:
+        rest, self.pending = self.pending, b""
+        return rest
+
+
+async def _send_events(send: Send, body: bytes) -> None:
+    if body:
+        await send({"type": "http.response.body", "body": body, "more_body": True})
 
 
 def _upstream_error(exc: BaseException) -> UpstreamError:

@@ -192,6 +192,46 @@ def test_total_timeout_bounds_the_whole_answer(start_gateway, spec_fake, std_fak
     assert response.status_code == 504 and time.monotonic() - started < 2.0
 
 
+def test_a_stream_cut_mid_event_never_reaches_the_client_half_done(start_gateway, std_fake):
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+    def answer(conn: socket.socket) -> None:  # health checks: 200; a stream: a whole event, half of one, stall
+        request = conn.recv(65536)
+        if request.startswith(b"GET"):
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
+        else:
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            for part in (b'data: {"choices": []}\n\n', b'data: {"choi'):
+                conn.sendall(b"%x\r\n%s\r\n" % (len(part), part))
+            time.sleep(3)
+        conn.close()
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    policy = policy_dict([url], [std_fake.url])
+    policy["pools"]["speculative"]["timeouts"] = {"connect_s": 1, "first_byte_s": 1, "total_s": 1.0}
+    gw = start_gateway(policy)
+    with httpx.stream("POST", gw.base_url + "/chat/completions", timeout=10,
+                      json={"model": "m", "messages": MESSAGES, "stream": True, **GREEDY}) as response:
+        events = [e for e in response.read().decode().split("\n\n") if e.strip()]
+    assert [json.loads(e.removeprefix("data: ")) for e in events][0] == {"choices": []}
+    assert json.loads(events[-1].removeprefix("data: "))["error"]["code"] == "upstream_timeout"
+    assert len(events) == 2  # the half event was held back, not sent
+    listener.close()
+
+
 def test_upstream_4xx_passes_through_unchanged(gateway, spec_fake):
     spec_fake.fail_next(1, status=400, message="This model's maximum context length is 2048 tokens.")
     with pytest.raises(openai.BadRequestError) as info:
