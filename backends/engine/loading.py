@@ -62,12 +62,15 @@ def resolve_source(spec: str) -> ModelSource:
 
 
 def load_model(spec: str) -> LoadedModel:
-    """Load `spec` (see `resolve_source`) in float32 on the CPU, offline."""
+    """Load `spec` (see `resolve_source`) in float32 on the CPU, offline, for
+    inference: linear layers are packed for oneDNN where torch can."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
+
+    from backends.engine.packing import pack_linear_layers
 
     hf_logging.disable_progress_bar()
     source = resolve_source(spec)
@@ -78,4 +81,5 @@ def load_model(spec: str) -> LoadedModel:
         **extra,
     )  # fmt: skip
     model.eval()
+    pack_linear_layers(model)
     return LoadedModel(model=model, tokenizer=tokenizer, source=source)

@@ -1,0 +1,58 @@
+"""Linear layers with their weights packed once for oneDNN (CPU).
+
+PyTorch's default CPU matmul is tuned for many rows: a decoding step of one
+token reads the weights at about half the memory bandwidth, and scoring a
+draft tree of 2-12 tokens costs 1.2-1.5x as much again. oneDNN with the
+weight reordered once into its blocked layout decodes one token about twice
+as fast, and its cost grows slowly with the tokens scored, which is the
+regime tree verification needs (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def packing_available() -> bool:
+    """This torch build has oneDNN and the weight-packing operators."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+
+
+class PackedLinear(nn.Module):
+    """`nn.Linear` for inference, computed by oneDNN from a packed weight."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        with torch.no_grad():
+            self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
+        self.bias = None if linear.bias is None else linear.bias.detach()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        out = torch.ops.mkldnn._linear_pointwise(rows, self.packed_weight, self.bias, "none", [], "")
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def pack_linear_layers(model: Any) -> int:
+    """Replace every CPU `nn.Linear` of `model` (float32 or bfloat16) by a
+    `PackedLinear`, in place, for inference only. Returns how many were
+    replaced: 0 when this torch build cannot pack."""
+    if not packing_available():
+        return 0
+    replaced = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if (type(child) is nn.Linear and child.weight.device.type == "cpu"
+                    and child.weight.dtype in PACKABLE_DTYPES):
+                setattr(parent, name, PackedLinear(child))
+                replaced += 1
+    return replaced

@@ -1,0 +1,31 @@
+"""oneDNN-packed linear layers compute what nn.Linear computes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from backends.engine.packing import PackedLinear, pack_linear_layers, packing_available
+
+pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN packing")
+
+
+def test_packed_layers_match_nn_linear_for_any_number_of_rows():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 32, bias=False)).eval()
+    inputs = [torch.randn(1, rows, 64) for rows in (1, 2, 7, 16)]
+    with torch.inference_mode():
+        expected = [model(x) for x in inputs]
+        assert pack_linear_layers(model) == 2
+        assert all(isinstance(model[i], PackedLinear) for i in (0, 2))
+        for x, want in zip(inputs, expected):
+            got = model(x)
+            assert got.shape == want.shape
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_only_cpu_float32_and_bfloat16_layers_are_packed():
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8).double(), nn.Linear(8, 8).bfloat16())
+    assert pack_linear_layers(model) == 2
+    assert [type(layer) for layer in model] == [PackedLinear, nn.Linear, PackedLinear]
