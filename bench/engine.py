@@ -3,8 +3,10 @@
 Greedy decoding of the packaged SmolLM2-135M-Instruct on this CPU, three ways
 per prompt: plain, n-gram chain drafts (one match), n-gram tree drafts
 (several matches merged). Runs are interleaved per prompt and repeated; the
-median time counts. Acceptance rate = accepted / drafted tokens along the
-deepest path (vLLM's counting); mean accepted length = 1 + accepted / steps.
+median time counts, and each speculative output is compared with the plain
+one. A prompt type's speed-up is its prompts' plain time over their time.
+Acceptance rate = accepted / drafted tokens along the deepest path (vLLM's
+counting); mean accepted length = 1 + accepted / steps.
 
     python bench/engine.py [--repeats 3] [--max-tokens 128]
 """
@@ -14,11 +16,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections import defaultdict
+from dataclasses import dataclass
 
 import torch
 
 from backends.engine.decoding import TreeVerifier
-from backends.engine.generate import DecodeOptions, decode
+from backends.engine.generate import DecodeOptions, StepStats, decode
 from backends.engine.loading import load_model
 from backends.engine.ngram import NgramConfig, NgramDrafter
 
@@ -38,16 +42,42 @@ def adults(users):
             result.append(user)
     return result
 """
+CLASS = """class Inventory:
+    def __init__(self):
+        self.items = {}
+
+    def add(self, name, count):
+        self.items[name] = self.items.get(name, 0) + count
+
+    def remove(self, name, count):
+        if self.items.get(name, 0) < count:
+            raise ValueError("not enough " + name)
+        self.items[name] -= count
+
+    def total(self):
+        return sum(self.items.values())
+"""
 ARTICLE = """The city council met on Tuesday to discuss the new river park. The river park will \
 run along the east bank of the river, from the old mill to the railway bridge. The council said \
 the river park will have walking paths, a playground and a small boat dock. Work on the river park \
 will start in March and should end in October. The council will pay for the river park with money \
 from the state and from local businesses. Some people at the meeting said the river park is too \
 expensive. Others said the river park will bring visitors and help shops on Main Street."""
-PROMPTS = {
-    "code editing": f"Add a docstring to each function. Output the complete code.\n\n```python\n{CODE}```",
-    "summarisation": f"Summarise this article in three sentences, reusing its wording:\n\n{ARTICLE}",
-    "chat": "Give me three tips for learning to cook at home.",
+REPORT = """The public library will change its opening hours from the first of May. The library \
+will open at nine in the morning instead of ten, and it will close at eight in the evening on \
+weekdays. On Saturdays the library will open from ten to four, and on Sundays the library will stay \
+closed. The library said the new hours follow a survey of more than two thousand readers, most of \
+whom asked for earlier mornings and later evenings. The children's room will keep its old hours \
+until the summer, when the library will hire two more staff."""
+PROMPTS = {  # name -> (prompt type, user message)
+    "code editing: docstrings": ("code editing", "Add a docstring to each function. Output the complete code."
+                                 f"\n\n```python\n{CODE}```"),
+    "code editing: type hints": ("code editing", "Add type hints to every method. Output the complete class."
+                                 f"\n\n```python\n{CLASS}```"),
+    "summarisation: river park": ("summarisation", "Summarise this article in three sentences, reusing its "
+                                  f"wording:\n\n{ARTICLE}"),
+    "summarisation: library": ("summarisation", f"Summarise this notice in three sentences:\n\n{REPORT}"),
+    "chat": ("chat", "Give me three tips for learning to cook at home."),
 }
 MODES = {
     "plain": None,
@@ -60,9 +90,42 @@ def run(verifier: TreeVerifier, prompt: list[int], options: DecodeOptions, confi
     drafter = NgramDrafter(config) if config else None
     started = time.perf_counter()
     steps = list(decode(verifier, prompt, options, drafter))
-    elapsed = time.perf_counter() - started
-    tokens = sum(len(s.tokens) for s in steps)
-    return tokens, elapsed, steps
+    return time.perf_counter() - started, steps
+
+
+@dataclass
+class Measured:
+    """One prompt decoded one way: median time over the repeats, last run's steps."""
+
+    seconds: float
+    steps: list[StepStats]
+
+    @property
+    def output(self) -> list[int]:
+        return [token for step in self.steps for token in step.tokens]
+
+
+def measure(verifier: TreeVerifier, prompt: list[int], options: DecodeOptions, repeats: int) -> dict[str, Measured]:
+    """Every mode on one prompt, interleaved round by round."""
+    run(verifier, prompt, options, None)  # warm-up
+    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    steps = {}
+    for _ in range(repeats):
+        for mode, config in MODES.items():
+            elapsed, steps[mode] = run(verifier, prompt, options, config)
+            times[mode].append(elapsed)
+    return {mode: Measured(statistics.median(times[mode]), steps[mode]) for mode in MODES}
+
+
+def row(name: str, mode: str, result: Measured, plain: Measured) -> str:
+    steps = result.steps
+    drafted = sum(s.draft_depth for s in steps)
+    accepted = sum(s.accepted for s in steps)
+    rate = f"{accepted / drafted:.2f}" if drafted else "-"
+    tokens = len(result.output)
+    return (f"| {name} | {mode} | {tokens} | {tokens / result.seconds:.1f} | {plain.seconds / result.seconds:.2f}x | "
+            f"{rate} | {1 + accepted / len(steps):.2f} | {len(steps)} | "
+            f"{'yes' if result.output == plain.output else 'NO'} |")
 
 
 def main() -> None:
@@ -74,29 +137,21 @@ def main() -> None:
     verifier = TreeVerifier(loaded.model)
     options = DecodeOptions(max_tokens=args.max_tokens, stop_ids=frozenset({loaded.tokenizer.eos_token_id}))
     print(f"torch threads: {torch.get_num_threads()}")
-    print("| prompt | mode | tokens | tokens/s | speed-up | acceptance | mean accepted length | steps |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, text in PROMPTS.items():
+    print("| prompt | mode | tokens | tokens/s | speed-up | acceptance | mean accepted length | steps | same tokens |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    seconds_by_type: dict[tuple[str, str], float] = defaultdict(float)
+    for name, (kind, text) in PROMPTS.items():
         prompt = list(loaded.tokenizer.apply_chat_template([{"role": "user", "content": text}],
                                                            add_generation_prompt=True, tokenize=True,
                                                            return_dict=False))
-        run(verifier, prompt, options, None)  # warm-up
-        times: dict[str, list[float]] = {mode: [] for mode in MODES}
-        stats = {}
-        for _ in range(args.repeats):
-            for mode, config in MODES.items():
-                tokens, elapsed, steps = run(verifier, prompt, options, config)
-                times[mode].append(elapsed)
-                stats[mode] = (tokens, steps)
-        base = statistics.median(times["plain"])
-        for mode in MODES:
-            tokens, steps = stats[mode]
-            elapsed = statistics.median(times[mode])
-            drafted = sum(s.draft_depth for s in steps)
-            accepted = sum(s.accepted for s in steps)
-            rate = f"{accepted / drafted:.2f}" if drafted else "-"
-            print(f"| {name} | {mode} | {tokens} | {tokens / elapsed:.1f} | {base / elapsed:.2f}x | {rate} | "
-                  f"{1 + accepted / len(steps):.2f} | {len(steps)} |")
+        results = measure(verifier, prompt, options, args.repeats)
+        for mode, result in results.items():
+            print(row(name, mode, result, results["plain"]))
+            seconds_by_type[kind, mode] += result.seconds
+    print("\n| prompt type | chain speed-up | tree speed-up |\n|---|---|---|")
+    for kind in dict.fromkeys(kind for kind, _ in PROMPTS.values()):
+        plain = seconds_by_type[kind, "plain"]
+        print(f"| {kind} | {plain / seconds_by_type[kind, 'chain']:.2f}x | {plain / seconds_by_type[kind, 'tree']:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -61,9 +61,10 @@ def resolve_source(spec: str) -> ModelSource:
     )
 
 
-def load_model(spec: str) -> LoadedModel:
+def load_model(spec: str, pack: bool = True) -> LoadedModel:
     """Load `spec` (see `resolve_source`) in float32 on the CPU, offline, for
-    inference: linear layers are packed for oneDNN where torch can."""
+    inference: linear layers are packed for oneDNN where torch can (unless
+    `pack` is false)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     import torch
@@ -81,5 +82,6 @@ def load_model(spec: str) -> LoadedModel:
         **extra,
     )  # fmt: skip
     model.eval()
-    pack_linear_layers(model)
+    if pack:
+        pack_linear_layers(model)
     return LoadedModel(model=model, tokenizer=tokenizer, source=source)

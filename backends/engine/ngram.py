@@ -17,13 +17,13 @@ from backends.engine.tree import DraftTree, TrieBuilder
 
 @dataclass(frozen=True)
 class NgramConfig:
-    """Defaults tuned on a 2-core CPU (docs/benchmarks.md): there a forward pass
-    costs about in proportion to the tokens it scores, so small trees of
-    two-token-or-longer matches beat big speculative trees."""
+    """Defaults tuned on a 2-core CPU (docs/benchmarks.md): there scoring 12
+    tokens costs ~1.4x one token, so trees stay small; single-token matches
+    and up to five merged continuations pay off at that price."""
 
     max_ngram: int = 4
-    min_ngram: int = 2
-    max_matches: int = 3
+    min_ngram: int = 1
+    max_matches: int = 5
     max_depth: int = 6
     max_nodes: int = 12
 
