@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+
 import httpx
 import openai
 import pytest
+import torch
 from prometheus_client import CollectorRegistry
 
 from backends.engine.decoding import Sampling, TreeVerifier
@@ -63,6 +66,31 @@ def test_draft_model_tree_is_exact_and_accepted(loaded):
     assert drafted == plain
     # the draft is the target itself here: nearly every draft token must be accepted
     assert sum(s.accepted for s in steps) >= 0.8 * sum(s.draft_depth for s in steps)
+
+
+def first_layers(model, count: int):
+    """A smaller model sharing `model`'s tokenizer and weights: its first `count`
+    layers, then its final norm and head. It disagrees with `model` often."""
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = count
+    body = copy.copy(model.model)
+    body._modules = {**model.model._modules, "layers": torch.nn.ModuleList(model.model.layers[:count])}
+    body.config = config
+    smaller = copy.copy(model)
+    smaller._modules = {**model._modules, "model": body}
+    smaller.config = config
+    return smaller
+
+
+def test_a_draft_model_that_often_disagrees_still_gives_exact_greedy_output(loaded):
+    verifier = TreeVerifier(loaded.model)
+    prompt = prompt_ids(loaded, PROMPTS["summarisation"])
+    plain, _ = generate(verifier, prompt, max_tokens=40)
+    draft = DraftModel(first_layers(loaded.model, 22))
+    drafted, steps = generate(verifier, prompt, draft.drafter(), max_tokens=40)
+    assert drafted == plain
+    accepted, drafted_depth = sum(s.accepted for s in steps), sum(s.draft_depth for s in steps)
+    assert 0 < accepted < drafted_depth  # both accepted and rejected drafts were verified
 
 
 def test_stop_token_ends_the_output_and_is_kept(loaded):
