@@ -23,6 +23,22 @@ def packing_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 
+def packable_dtypes() -> set[torch.dtype]:
+    """The weight dtypes oneDNN packs on this CPU: float32 wherever packing is
+    available, bfloat16 only with AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT."""
+    if not packing_available():
+        return set()
+    return {dtype for dtype in PACKABLE_DTYPES if _packs(dtype)}
+
+
+def _packs(dtype: torch.dtype) -> bool:
+    try:
+        PackedLinear(nn.Linear(8, 8, dtype=dtype))(torch.zeros(1, 8, dtype=dtype))
+    except RuntimeError:
+        return False
+    return True
+
+
 class PackedLinear(nn.Module):
     """`nn.Linear` for inference, computed by oneDNN from a packed weight."""
 
@@ -43,16 +59,15 @@ class PackedLinear(nn.Module):
 
 
 def pack_linear_layers(model: Any) -> int:
-    """Replace every CPU `nn.Linear` of `model` (float32 or bfloat16) by a
-    `PackedLinear`, in place, for inference only. Returns how many were
-    replaced: 0 when this torch build cannot pack."""
-    if not packing_available():
-        return 0
+    """Replace every CPU `nn.Linear` of `model` whose dtype this CPU packs
+    (`packable_dtypes`) by a `PackedLinear`, in place, for inference only.
+    Returns how many were replaced."""
+    dtypes = packable_dtypes()
     replaced = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if (type(child) is nn.Linear and child.weight.device.type == "cpu"
-                    and child.weight.dtype in PACKABLE_DTYPES):
+                    and child.weight.dtype in dtypes):
                 setattr(parent, name, PackedLinear(child))
                 replaced += 1
     return replaced

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from backends.engine.packing import PackedLinear, pack_linear_layers, packing_available
+from backends.engine.packing import PackedLinear, pack_linear_layers, packable_dtypes, packing_available
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN packing")
 
@@ -25,7 +25,10 @@ def test_packed_layers_match_nn_linear_for_any_number_of_rows():
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_only_cpu_float32_and_bfloat16_layers_are_packed():
+def test_float32_packs_and_bfloat16_packs_where_the_cpu_can():
     model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8).double(), nn.Linear(8, 8).bfloat16())
-    assert pack_linear_layers(model) == 2
-    assert [type(layer) for layer in model] == [PackedLinear, nn.Linear, PackedLinear]
+    bf16 = torch.bfloat16 in packable_dtypes()
+    assert pack_linear_layers(model) == (2 if bf16 else 1)
+    assert [type(layer) for layer in model] == [PackedLinear, nn.Linear, PackedLinear if bf16 else nn.Linear]
+    with torch.inference_mode():
+        assert model[2](torch.ones(1, 8, dtype=torch.bfloat16)).dtype == torch.bfloat16
