@@ -10,6 +10,13 @@ from __future__ import annotations
 import argparse
 
 
+def positive_int(text: str) -> int:
+    value = int(text) if text.isdigit() else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
@@ -20,7 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "sharing the tokenizer)")
     parser.add_argument("--no-speculation", action="store_true", help="plain decoding")
     parser.add_argument("--served-model-name", help="model name in the API (default: the model's)")
-    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--max-model-len", type=positive_int, default=2048,
+                        help="tokens of prompt plus output a request may use (default: %(default)s)")
+    parser.add_argument("--max-num-seqs", type=positive_int, default=8,
+                        help="requests decoded at once, taking turns step by step (default: %(default)s)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     factory = None if args.no_speculation else make_drafter_factory(args.drafter)
     depth = factory().max_depth if factory else None
     metrics = VllmMetrics(CollectorRegistry(), name, num_speculative_tokens=depth)
-    generator = EngineGenerator(loaded.model, loaded.tokenizer, metrics, factory, args.max_model_len)
+    generator = EngineGenerator(loaded.model, loaded.tokenizer, metrics, factory, args.max_model_len,
+                                args.max_num_seqs)
     app = create_openai_app(generator, metrics, name, max_model_len=args.max_model_len)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     return 0

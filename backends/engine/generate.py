@@ -1,10 +1,11 @@
 """Decoding loop and the `TokenGenerator` the serving layer drives.
 
-One worker thread owns the model: requests wait in a queue and are decoded
-one at a time, so torch never runs on the event loop and two requests never
-share a KV cache. Text goes back to the request's coroutine through
-`loop.call_soon_threadsafe`; a client that leaves sets a flag the loop checks
-between steps.
+One worker thread owns the model, so torch never runs on the event loop.
+Requests wait in a queue; up to `max_num_seqs` of them are active at once and
+take turns, one decoding step each, so a short request is not stuck behind a
+long one. Each keeps its own KV cache. Text goes back to the request's
+coroutine through `loop.call_soon_threadsafe`; a client that leaves sets a
+flag the worker checks between steps.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 from backends.engine.decoding import Sampling, SequenceState, TreeVerifier
 from backends.engine.tree import DraftTree
@@ -71,17 +72,29 @@ class Job:
     started: Callable[[], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
 
+    def send(self, item: object) -> None:
+        """Passes `item` to the request, unless its client has left."""
+        if not self.cancelled.is_set():
+            self.emit(item)
+
+
+ActiveJob: TypeAlias = tuple[Job, Iterator[None]]  # a job and its remaining steps
+
 
 class EngineGenerator:
     """Serves requests from one model; speculative when given a drafter factory."""
 
     def __init__(self, model: Any, tokenizer: Any, metrics: VllmMetrics,
-                 drafter_factory: Callable[[], Drafter] | None = None, max_model_len: int = 2048) -> None:
+                 drafter_factory: Callable[[], Drafter] | None = None, max_model_len: int = 2048,
+                 max_num_seqs: int = 8) -> None:
+        if max_num_seqs < 1:
+            raise ValueError("max_num_seqs must be at least 1")
         self.verifier = TreeVerifier(model)
         self.tokenizer = tokenizer
         self.metrics = metrics
         self.drafter_factory = drafter_factory
         self.max_model_len = max_model_len
+        self.max_num_seqs = max_num_seqs
         self._jobs: queue.Queue[Job] = queue.Queue()
         self._worker = threading.Thread(target=self._work, name="engine", daemon=True)
         self._worker.start()
@@ -123,19 +136,37 @@ class EngineGenerator:
         return list(self.tokenizer.encode(request.prompt or ""))
 
     def _work(self) -> None:
+        active: list[ActiveJob] = []
         while True:
-            job = self._jobs.get()
-            if job.cancelled.is_set():
-                continue
-            try:
-                job.started()
-                self._run(job)
-            except Exception as exc:  # noqa: BLE001 - reaches the request as its error
-                job.emit(exc)
-            finally:
-                job.emit(None)
+            self._admit(active)
+            active[:] = [entry for entry in active if self._advance(*entry)]
 
-    def _run(self, job: Job) -> None:
+    def _admit(self, active: list[ActiveJob]) -> None:
+        """Takes waiting jobs while there is room; blocks only when idle."""
+        while len(active) < self.max_num_seqs:
+            try:
+                job = self._jobs.get(block=not active)
+            except queue.Empty:
+                return
+            if not job.cancelled.is_set():
+                job.started()
+                active.append((job, self._steps(job)))
+
+    @staticmethod
+    def _advance(job: Job, steps: Iterator[None]) -> bool:
+        """Runs one step of `job`; False once the job has ended."""
+        try:
+            next(steps)
+            return True
+        except StopIteration:
+            pass
+        except Exception as exc:  # noqa: BLE001 - reaches the request as its error
+            job.send(exc)
+        job.send(None)
+        return False
+
+    def _steps(self, job: Job) -> Iterator[None]:
+        """Decodes `job`, emitting its text; yields after every model step."""
         drafter = self.drafter_factory() if self.drafter_factory else None
         output: list[int] = []
         sent = ""
@@ -152,10 +183,10 @@ class EngineGenerator:
             text = self.tokenizer.decode(output, skip_special_tokens=True)
             finished = step.tokens[-1] in job.options.stop_ids or produced >= job.options.max_tokens
             reason = ("stop" if step.tokens[-1] in job.options.stop_ids else "length") if finished else None
-            if text.endswith("\ufffd") and not finished:
-                continue  # half a multi-byte character: wait for the rest
-            job.emit(Delta(text[len(sent):], tokens=pending, finish_reason=reason))
-            sent, pending = text, 0
+            if finished or not text.endswith("\ufffd"):  # else half a multi-byte character: wait
+                job.send(Delta(text[len(sent):], tokens=pending, finish_reason=reason))
+                sent, pending = text, 0
+            yield
 
 
 class _StopText:

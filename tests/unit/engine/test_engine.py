@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 
 import httpx
@@ -16,7 +17,7 @@ from backends.engine.generate import DecodeOptions, EngineGenerator, decode
 from backends.engine.loading import load_model
 from backends.engine.ngram import NgramConfig, NgramDrafter
 from backends.engine.tree import DraftTree
-from backends.serving import VllmMetrics, create_openai_app
+from backends.serving import GenerationRequest, VllmMetrics, create_openai_app
 from backends.serving.server import BackgroundServer
 
 PROMPTS = {
@@ -120,6 +121,35 @@ def test_tree_pruning_keeps_shallow_nodes():
     assert tree.depth() == 2
     assert tree.pruned(1) == DraftTree(tokens=[9, 1, 3], parents=[-1, 0, 0])
     assert tree.pruned(0) == DraftTree(tokens=[9], parents=[-1])
+
+
+@pytest.mark.parametrize(("max_num_seqs", "finish_order"), [(8, ["short", "long"]), (1, ["long", "short"])])
+def test_active_requests_take_turns_up_to_max_num_seqs(loaded, max_num_seqs, finish_order):
+    generator = EngineGenerator(loaded.model, loaded.tokenizer, VllmMetrics(CollectorRegistry(), "smollm2"),
+                                max_num_seqs=max_num_seqs)
+    admitted: list[str] = []
+    finished: dict[str, int] = {}
+
+    async def complete(name: str, max_tokens: int, first_piece: asyncio.Event) -> None:
+        request = GenerationRequest("completions", name, "smollm2", prompt="1, 2, 3, 4, 5,", max_tokens=max_tokens,
+                                    temperature=0, mark_running=lambda: admitted.append(name))
+        tokens = 0
+        async for delta in generator.generate(request):
+            tokens += delta.tokens
+            first_piece.set()
+        finished[name] = tokens
+
+    async def long_then_short() -> None:
+        long_started = asyncio.Event()
+        long = asyncio.create_task(complete("long", 96, long_started))
+        await long_started.wait()
+        await complete("short", 4, asyncio.Event())
+        await long
+
+    asyncio.run(long_then_short())
+    assert admitted == ["long", "short"]
+    assert list(finished) == finish_order
+    assert finished == {"long": 96, "short": 4}
 
 
 @pytest.fixture(scope="module")
