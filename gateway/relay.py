@@ -24,6 +24,7 @@ from gateway.proxy import Opened, response_headers
 
 CLIENT_CLOSED = 499  # nginx's code for "the client went away first"
 KEEPALIVE_COMMENT = b": keepalive\n\n"
+LAST_EVENTS = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n")  # how an OpenAI stream ends
 SSE = "text/event-stream"
 
 
@@ -37,6 +38,7 @@ class RelayTimeouts:
 class Outcome:
     status: int  # what the books say: the upstream status, 499, or the error's status
     ok: bool = False  # the upstream answer reached the client whole
+    delivered: bool = False  # the stream's [DONE] event went out: the client may leave now
     started: bool = False  # the exchange began (counted in flight)
     opened: Opened | None = None
     error: GatewayError | None = None
@@ -86,7 +88,10 @@ class Exchange:
         except asyncio.CancelledError:
             if not watch.absorb():
                 raise
-            outcome.status, outcome.ok = CLIENT_CLOSED, False
+            # a client that closes once it has read [DONE] had the whole answer
+            outcome.ok = outcome.delivered
+            if not outcome.delivered:
+                outcome.status = CLIENT_CLOSED
         finally:
             watch.close()
             if outcome.opened is not None:
@@ -131,9 +136,9 @@ class Exchange:
         try:  # the transport holds every read to the request's deadline
             first = await self._first_chunk(chunks, send)
             if first:
-                await _send_events(send, events.feed(first))
+                await self._send_events(send, events.feed(first), outcome)
                 async for chunk in chunks:
-                    await _send_events(send, events.feed(chunk))
+                    await self._send_events(send, events.feed(chunk), outcome)
         except (httpx.HTTPError, TimeoutError) as exc:
             # Only whole events went out, so the error event is one the client can parse.
             error = _upstream_error(exc)
@@ -143,6 +148,12 @@ class Exchange:
             return
         await send({"type": "http.response.body", "body": events.rest(), "more_body": False})
         outcome.ok = True
+
+    @staticmethod
+    async def _send_events(send: Send, body: bytes, outcome: Outcome) -> None:
+        if body:
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+            outcome.delivered = body.endswith(LAST_EVENTS)
 
     async def _first_chunk(self, chunks: AsyncIterator[bytes], send: Send) -> bytes:
         """Await the first chunk in this task while a timer sends keepalive comments."""
@@ -203,11 +214,6 @@ class _EventSplitter:
     def rest(self) -> bytes:
         rest, self.pending = self.pending, b""
         return rest
-
-
-async def _send_events(send: Send, body: bytes) -> None:
-    if body:
-        await send({"type": "http.response.body", "body": body, "more_body": True})
 
 
 def _upstream_error(exc: BaseException) -> UpstreamError:

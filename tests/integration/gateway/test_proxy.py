@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 
+from tests.fakes.raw_sse import RawSseBackend
 from tests.fakes.vllm import FakeVllm
 
 from .conftest import policy_dict
@@ -193,43 +194,34 @@ def test_total_timeout_bounds_the_whole_answer(start_gateway, spec_fake, std_fak
 
 
 def test_a_stream_cut_mid_event_never_reaches_the_client_half_done(start_gateway, std_fake):
-    import socket
-
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-
-    def answer(conn: socket.socket) -> None:  # health checks: 200; a stream: a whole event, half of one, stall
-        request = conn.recv(65536)
-        if request.startswith(b"GET"):
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
-        else:
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-            for part in (b'data: {"choices": []}\n\n', b'data: {"choi'):
-                conn.sendall(b"%x\r\n%s\r\n" % (len(part), part))
-            time.sleep(3)
-        conn.close()
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=answer, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=serve, daemon=True).start()
-    policy = policy_dict([url], [std_fake.url])
-    policy["pools"]["speculative"]["timeouts"] = {"connect_s": 1, "first_byte_s": 1, "total_s": 1.0}
-    gw = start_gateway(policy)
-    with httpx.stream("POST", gw.base_url + "/chat/completions", timeout=10,
-                      json={"model": "m", "messages": MESSAGES, "stream": True, **GREEDY}) as response:
-        events = [e for e in response.read().decode().split("\n\n") if e.strip()]
+    # a whole event, half of one, then a stall past the pool's total_s
+    with RawSseBackend([b'data: {"choices": []}\n\n', b'data: {"choi'], pause_s=3, finish=False) as backend:
+        policy = policy_dict([backend.url], [std_fake.url])
+        policy["pools"]["speculative"]["timeouts"] = {"connect_s": 1, "first_byte_s": 1, "total_s": 1.0}
+        gw = start_gateway(policy)
+        with httpx.stream("POST", gw.base_url + "/chat/completions", timeout=10,
+                          json={"model": "m", "messages": MESSAGES, "stream": True, **GREEDY}) as response:
+            events = [e for e in response.read().decode().split("\n\n") if e.strip()]
     assert [json.loads(e.removeprefix("data: ")) for e in events][0] == {"choices": []}
     assert json.loads(events[-1].removeprefix("data: "))["error"]["code"] == "upstream_timeout"
     assert len(events) == 2  # the half event was held back, not sent
-    listener.close()
+
+
+def test_a_client_that_leaves_after_done_had_the_whole_answer(start_gateway, std_fake):
+    # The backend sends [DONE] but ends its chunked body only later; the openai
+    # client closes its connection as soon as it reads [DONE].
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+             "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
+    events = [b"data: " + json.dumps(chunk).encode() + b"\n\n", b"data: [DONE]\n\n"]
+    with RawSseBackend(events, pause_s=1, finish=True) as backend:
+        gw = start_gateway(policy_dict([backend.url], [std_fake.url]))
+        stream = client(gw).chat.completions.create(model="m", messages=MESSAGES, stream=True, **GREEDY)
+        assert "".join(c.choices[0].delta.content or "" for c in stream) == "hi"
+        counted = 'specgate_requests_total{code="%s",pool="speculative",rule="default"} 1.0'
+        deadline = time.monotonic() + 5
+        while counted % 200 not in (metrics := httpx.get(gw.url + "/metrics").text) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert counted % 200 in metrics and counted % 499 not in metrics
 
 
 def test_upstream_4xx_passes_through_unchanged(gateway, spec_fake):

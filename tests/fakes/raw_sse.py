@@ -1,0 +1,51 @@
+"""A backend written at the socket level, for byte timings no ASGI server
+gives: each POST gets an SSE response whose chunks go out one `sendall` at a
+time, then a pause, then (optionally) the end of the chunked body. GETs
+(health checks) get 200."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+
+class RawSseBackend:
+    def __init__(self, events: list[bytes], pause_s: float, finish: bool) -> None:
+        self.events = events
+        self.pause_s = pause_s
+        self.finish = finish  # send the chunked terminator after the pause
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen()
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def __enter__(self) -> RawSseBackend:
+        threading.Thread(target=self._serve, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.listener.close()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            if conn.recv(65536).startswith(b"GET"):
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
+                return
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            for part in self.events:
+                conn.sendall(b"%x\r\n%s\r\n" % (len(part), part))
+            time.sleep(self.pause_s)
+            if self.finish:
+                try:
+                    conn.sendall(b"0\r\n\r\n")
+                except OSError:  # the gateway has gone already
+                    pass
