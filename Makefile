@@ -37,7 +37,7 @@ $(STAMP): pyproject.toml
 system-deps:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do \
 	  tool=$${pair%%:*}; pkg=$${pair##*:}; \
-	  command -v $$tool >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	  command -v $$tool >/dev/null 2>&1 || case " $$missing " in *" $$pkg "*) ;; *) missing="$$missing $$pkg";; esac; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
