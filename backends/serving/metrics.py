@@ -11,6 +11,7 @@ vLLM, the spec-decode counters exist only on a speculative server, with one
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -39,6 +40,10 @@ class VllmMetrics:
     Load accounting: `request_arrived` (waiting), `request_started` (waiting ->
     running), `request_left(started)`. `override_load` pins the exposed
     gauges to given values (tests drive a guard with it); `None` releases them.
+
+    One step's or one request's observations and a scrape exclude each other,
+    so a scrape never sees a step's draft tokens without its accepted tokens
+    (the engine observes from its worker thread, scrapes run on the event loop).
     """
 
     def __init__(
@@ -55,6 +60,7 @@ class VllmMetrics:
         values = (model_name, engine)
         self.running = 0
         self.waiting = 0
+        self._observing = threading.Lock()
         self._pinned: dict[str, int | None] = {"running": None, "waiting": None}
 
         def gauge(name: str, doc: str, key: str) -> None:
@@ -167,11 +173,12 @@ class VllmMetrics:
                 f"{len(accepted_per_pos)} positions given, the server drafts "
                 f"{len(self.spec_accepted_per_pos)} tokens"
             )
-        self.spec_drafts.inc(num_drafts)
-        self.spec_draft_tokens.inc(num_draft_tokens)
-        self.spec_accepted.inc(num_accepted_tokens)
-        for counter, accepted in zip(self.spec_accepted_per_pos, accepted_per_pos, strict=False):
-            counter.inc(accepted)
+        with self._observing:
+            self.spec_drafts.inc(num_drafts)
+            self.spec_draft_tokens.inc(num_draft_tokens)
+            self.spec_accepted.inc(num_accepted_tokens)
+            for counter, accepted in zip(self.spec_accepted_per_pos, accepted_per_pos, strict=False):
+                counter.inc(accepted)
 
     def observe_finished(
         self,
@@ -184,14 +191,15 @@ class VllmMetrics:
         inter_token_seconds: Sequence[float] = (),
     ) -> None:
         """Record a request that ended (`finish_reason` "abort" when the client left)."""
-        self.prompt_tokens.inc(prompt_tokens)
-        self.generation_tokens.inc(generation_tokens)
-        self.request_success[finish_reason if finish_reason in FINISH_REASONS else "stop"].inc()
-        self.e2e_request_latency.observe(e2e_seconds)
-        if ttft_seconds is not None:
-            self.time_to_first_token.observe(ttft_seconds)
-        for gap in inter_token_seconds:
-            self.inter_token_latency.observe(gap)
+        with self._observing:
+            self.prompt_tokens.inc(prompt_tokens)
+            self.generation_tokens.inc(generation_tokens)
+            self.request_success[finish_reason if finish_reason in FINISH_REASONS else "stop"].inc()
+            self.e2e_request_latency.observe(e2e_seconds)
+            if ttft_seconds is not None:
+                self.time_to_first_token.observe(ttft_seconds)
+            for gap in inter_token_seconds:
+                self.inter_token_latency.observe(gap)
 
     def render(self, accept: str = "") -> tuple[bytes, str]:
         """The exposition and its content type, negotiated from an `Accept`
@@ -202,4 +210,5 @@ class VllmMetrics:
         (prometheus_client escapes the colon in sample names), so Prometheus
         stores `vllm_*` series unless its scrape config relabels them back."""
         encoder, content_type = choose_encoder(accept)
-        return encoder(self.registry), content_type
+        with self._observing:
+            return encoder(self.registry), content_type

@@ -227,3 +227,27 @@ def test_metrics_negotiate_openmetrics_like_vllm(server: BackgroundServer) -> No
     assert 'vllm_spec_decode_num_drafts_total{engine="0",model_name="M"} 0.0' in scraped.text
     plain = httpx.get(f"{server.url}/metrics")
     assert plain.headers["content-type"].startswith("text/plain")
+
+
+def test_a_scrape_never_splits_a_speculative_step() -> None:
+    """Each step drafts 3 tokens and accepts 2: every scrape must show exactly that ratio."""
+    metrics = VllmMetrics(CollectorRegistry(), "M", num_speculative_tokens=3)
+    done = threading.Event()
+
+    def steps() -> None:
+        while not done.is_set():
+            metrics.observe_spec_decode(1, 3, 2, (1, 1, 0))
+
+    worker = threading.Thread(target=steps)
+    worker.start()
+    try:
+        for _ in range(300):
+            text = metrics.render()[0].decode()
+            draft, accepted = (
+                next(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+                for name in ("vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_accepted_tokens_total")
+            )
+            assert 2 * draft == 3 * accepted
+    finally:
+        done.set()
+        worker.join()
