@@ -21,10 +21,11 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from gateway.proxy import Opened, response_headers
+from gateway.traffic import DONE
 
 CLIENT_CLOSED = 499  # nginx's code for "the client went away first"
 KEEPALIVE_COMMENT = b": keepalive\n\n"
-LAST_EVENTS = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n")  # how an OpenAI stream ends
+LAST_EVENTS = (DONE + b"\n\n", DONE + b"\r\n\r\n")  # how an OpenAI stream ends
 SSE = "text/event-stream"
 
 
