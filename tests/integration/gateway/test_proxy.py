@@ -75,7 +75,9 @@ def test_hop_by_hop_headers_are_stripped_both_ways(gateway, spec_fake):
     assert seen["x-custom"] == "kept"
     for name in ("keep-alive", "te", "proxy-authorization"):
         assert name not in seen
-    assert response.headers.get("transfer-encoding") in (None, "chunked")
+    # the backend's framing stays with the backend: one content-length of our own
+    assert response.headers.get_list("transfer-encoding") == []
+    assert response.headers.get_list("content-length") == [str(len(response.content))]
     assert response.headers.get_list("server") == ["uvicorn"]  # ours, not the backend's as well
 
 
@@ -106,18 +108,14 @@ def test_stream_is_relayed_chunk_by_chunk_not_buffered(gateway, spec_fake):
 def test_client_disconnect_cancels_the_upstream_request(gateway, spec_fake, stream):
     spec_fake.script(text="a b c d e f g h", chunks=8, delay=0.4)
     body = {"model": "m", "messages": MESSAGES, "stream": stream, **GREEDY}
-    started = time.monotonic()
     if stream:
         with httpx.stream("POST", gateway.base_url + "/chat/completions", json=body, timeout=10) as response:
             next(line for line in response.iter_lines() if '"content"' in line)
-            left = time.monotonic()
     else:
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(gateway.base_url + "/chat/completions", json=body, timeout=0.5)
-        left = time.monotonic()
     assert spec_fake.wait_disconnect(5)
-    assert spec_fake.disconnects[-1].at - left < 1.0
-    assert spec_fake.disconnects[-1].at - started < 3.0  # long before the 3.2 s answer would end
+    assert spec_fake.disconnects[-1].chunks_sent < 8  # the backend stopped before its answer ended
 
 
 def test_keepalive_comments_while_waiting_for_the_first_token(start_gateway, spec_fake, std_fake):
@@ -169,12 +167,10 @@ def test_first_byte_timeout_is_504(start_gateway, spec_fake, std_fake):
     gw = start_gateway(policy)
     spec_fake.delay_first_byte(2.0, count=2)
     for stream in (True, False):
-        started = time.monotonic()
         response = httpx.post(gw.base_url + "/chat/completions", timeout=5,
                               json={"model": "m", "messages": MESSAGES, "stream": stream, **GREEDY})
         assert response.status_code == 504
         assert response.json()["error"]["code"] == "upstream_timeout"
-        assert time.monotonic() - started < 1.5
 
 
 def test_total_timeout_bounds_the_whole_answer(start_gateway, spec_fake, std_fake):
@@ -182,16 +178,15 @@ def test_total_timeout_bounds_the_whole_answer(start_gateway, spec_fake, std_fak
     policy["pools"]["speculative"]["timeouts"] = {"connect_s": 1, "first_byte_s": 1, "total_s": 1.2}
     gw = start_gateway(policy)
     spec_fake.script(text="a b c d e f g h", chunks=8, delay=0.3)  # 2.4 s in all, 0.3 s between chunks
-    started = time.monotonic()
     with httpx.stream("POST", gw.base_url + "/chat/completions", timeout=10,
                       json={"model": "m", "messages": MESSAGES, "stream": True, **GREEDY}) as response:
         lines = [line for line in response.iter_lines() if line.startswith("data: ")]
-    assert time.monotonic() - started < 2.0
     assert json.loads(lines[-1][6:])["error"]["code"] == "upstream_timeout"
-    started = time.monotonic()
+    assert not any(line == "data: [DONE]" for line in lines)  # cut before the backend finished
+    assert spec_fake.wait_disconnect(5) and spec_fake.disconnects[-1].chunks_sent < 8
     response = httpx.post(gw.base_url + "/chat/completions", timeout=10,
                           json={"model": "m", "messages": MESSAGES, **GREEDY})
-    assert response.status_code == 504 and time.monotonic() - started < 2.0
+    assert response.status_code == 504
 
 
 def test_a_stream_cut_mid_event_never_reaches_the_client_half_done(start_gateway, std_fake):
