@@ -7,6 +7,10 @@ machine noise hits all three alike; the reported numbers are medians over
 rounds. Needs Debian's nginx and wrk.
 
     python bench/overhead.py --concurrency 1,32,128 --duration 5 --rounds 3
+
+`--baseline REF` adds a fourth target: the gateway as of git commit REF
+(exported to a temporary folder), interleaved with the others, so a change's
+cost is measured against the code before it under the same noise.
 """
 
 from __future__ import annotations
@@ -131,9 +135,17 @@ async def run_aiohttp(url: str, concurrency: int, duration: float, stream: bool)
             "errors": errors}
 
 
-def start(cmd: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("w"), env=env,
+def start(cmd: list[str], log: Path, env: dict | None = None, cwd: Path | None = None) -> subprocess.Popen:
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("w"), env=env, cwd=cwd,
                             start_new_session=True)
+
+
+def export_tree(ref: str, into: Path) -> Path:
+    """The project's files at commit `ref`, in a folder of their own."""
+    into.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
 
 
 def main() -> None:
@@ -142,6 +154,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", default="wrk,json,stream")
+    parser.add_argument("--baseline", metavar="REF", help="also run the gateway as of this git commit")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "overhead.json")
     args = parser.parse_args()
     for tool in ("nginx", "wrk"):
@@ -162,6 +175,12 @@ def main() -> None:
                "--port", str(gateway_port)], tmp / "gateway.log", env),
     ]
     targets = {"direct": upstream, "nginx": nginx_port, "gateway": gateway_port}
+    if args.baseline:
+        tree = export_tree(args.baseline, tmp / "baseline")
+        targets["baseline"] = free_port()
+        procs.append(start([sys.executable, "-m", "gateway.cli", "serve", "--policy", str(tmp / "policy.yaml"),
+                            "--port", str(targets["baseline"])], tmp / "baseline.log",
+                           {**env, "PYTHONPATH": str(tree)}, cwd=tree))
     results: dict = {"duration_s": args.duration, "rounds": args.rounds, "cpus": os.cpu_count(), "runs": []}
     try:
         for port in targets.values():
@@ -200,17 +219,20 @@ def summarize(runs: list[dict]) -> list[dict]:
     keys = sorted({(r["mode"], r["concurrency"]) for r in runs})
     for mode, concurrency in keys:
         med = {}
-        for target in ("direct", "nginx", "gateway"):
+        for target in sorted({r["target"] for r in runs}):
             sample = [r for r in runs if (r["mode"], r["concurrency"], r["target"]) == (mode, concurrency, target)]
             med[target] = {k: statistics.median(r[k] for r in sample) for k in ("rps", "p50_ms", "p99_ms")}
             med[target]["errors"] = sum(r["errors"] for r in sample)
-        rows.append({
-            "mode": mode, "concurrency": concurrency, **{f"{t}": v for t, v in med.items()},
+        row = {
+            "mode": mode, "concurrency": concurrency, **med,
             "gateway_added_p50_ms": med["gateway"]["p50_ms"] - med["direct"]["p50_ms"],
             "gateway_added_p99_ms": med["gateway"]["p99_ms"] - med["direct"]["p99_ms"],
             "gateway_vs_direct_rps": med["gateway"]["rps"] / med["direct"]["rps"],
             "gateway_vs_nginx_rps": med["gateway"]["rps"] / med["nginx"]["rps"],
-        })
+        }
+        if "baseline" in med:
+            row["gateway_vs_baseline_rps"] = med["gateway"]["rps"] / med["baseline"]["rps"]
+        rows.append(row)
     return rows
 
 
@@ -226,6 +248,14 @@ def markdown(rows: list[dict]) -> str:
             f"{d['p50_ms']:.2f}/{d['p99_ms']:.2f} | {n['p50_ms']:.2f}/{n['p99_ms']:.2f} | "
             f"{g['p50_ms']:.2f}/{g['p99_ms']:.2f} | {r['gateway_added_p50_ms']:.2f}/{r['gateway_added_p99_ms']:.2f} | "
             f"{d['errors']}/{n['errors']}/{g['errors']} |")
+    if rows and "baseline" in rows[0]:
+        lines += ["", "| mode | conc. | baseline rps | gateway rps | gw/baseline | baseline p50/p99 ms | "
+                      "gateway p50/p99 ms | errors b/g |", "|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            b, g = r["baseline"], r["gateway"]
+            lines.append(f"| {r['mode']} | {r['concurrency']} | {b['rps']:.0f} | {g['rps']:.0f} | "
+                         f"{r['gateway_vs_baseline_rps']:.2f} | {b['p50_ms']:.2f}/{b['p99_ms']:.2f} | "
+                         f"{g['p50_ms']:.2f}/{g['p99_ms']:.2f} | {b['errors']}/{g['errors']} |")
     return "\n".join(lines)
 
 
