@@ -3,12 +3,17 @@
 Every subcommand lives in a module of its own that defines
 `add_arguments(parser)` and `run(args) -> int`. Those modules keep heavy imports
 (torch, vLLM, uvicorn) inside `run`, so `specgate --help` stays instant.
+
+A command that fails says why in one line on stderr and exits 1, the way the
+gateway answers bad input with an error envelope: no traceback unless
+SPECGATE_LOG_LEVEL=debug asks for one.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -51,12 +56,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def describe(exc: BaseException) -> str:
+    """One line that tells a user what went wrong, from any exception."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}"
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    try:  # httpx errors know the URL they were about
+        url = exc.request.url  # type: ignore[attr-defined]  # duck-typed: any error that carries a request
+    except (AttributeError, RuntimeError):
+        return message
+    return f"{message} ({url})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        if os.environ.get("SPECGATE_LOG_LEVEL", "").lower() == "debug":
+            raise
+        print(f"specgate {args.command}: {describe(exc)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

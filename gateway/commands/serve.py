@@ -6,6 +6,7 @@ Settings come from SPECGATE_* environment variables; the flags below override th
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -34,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         app = create_app(settings)
     except PolicyError as exc:
-        print(exc)
+        print(exc, file=sys.stderr)
         return 1
     # uvicorn types the drain as int but waits with asyncio: a float is kept exact (int() made 0.8 s none)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -77,14 +78,14 @@ def run(args: argparse.Namespace) -> int:
         step = parse_duration(args.step) if args.step else max(60.0, round(seconds / 168 / 60) * 60)
         baseline = read_baseline(args.baseline) if args.baseline else None
     except (ValueError, BaselineError) as exc:
-        print(f"specgate report: {exc}")
+        print(f"specgate report: {exc}", file=sys.stderr)
         return 2
     period = Period(start=end - seconds, end=end, step_s=step)
     with httpx.Client(timeout=60, trust_env=False) as client:
         try:
             report = build_report(PrometheusAPI(args.prometheus, client), period, baseline, args.selector)
         except ReportError as exc:
-            print(f"specgate report: {exc}")
+            print(f"specgate report: {exc}", file=sys.stderr)
             return 1
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
