@@ -24,10 +24,17 @@ STACKS = {
 LAUNCH_PROFILES = {"speculative-ngram", "speculative-eagle3", "speculative-draft", "standard"}
 
 
-def compose(*args: str, env: dict[str, str] | None = None, file: Path = REPO / "docker-compose.yml"):
+# Variables the file requires (`${VAR:?message}`): a run without them must fail.
+REQUIRED_ENV = {"GRAFANA_ADMIN_PASSWORD": "a-test-password"}
+
+
+def compose(*args: str, env: dict[str, str] | None = None, file: Path = REPO / "docker-compose.yml",
+            required: dict[str, str] = REQUIRED_ENV):
     """Run docker-compose (v1) in the repository, without the caller's COMPOSE_* settings."""
     binary = require_tool("docker-compose")
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSE_")}
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith("COMPOSE_") and k not in REQUIRED_ENV}
+    clean.update(required)
     clean.update(env or {})
     return subprocess.run([binary, "--project-directory", str(REPO), "-f", str(file), *args],
                           cwd=REPO, env=clean, capture_output=True, text=True, timeout=60)
@@ -216,3 +223,33 @@ def test_compose_policy_uses_the_prometheus_guard():
     policy = load_policy(REPO / "policies" / "examples" / "compose.yaml")
     assert policy.spec.guard.source == "prometheus"
     assert {p.kind for p in policy.pools.values()} == {"speculative", "standard"}
+
+
+def test_monitoring_ports_listen_on_loopback_only():
+    """Prometheus and Grafana publish on 127.0.0.1, never on every interface."""
+    services = resolved("--profile", "cpu", env={"PROMETHEUS_PORT": "19090", "GRAFANA_PORT": "13000"})["services"]
+    for name, target in (("prometheus", 9090), ("grafana", 3000)):
+        ports = services[name]["ports"]
+        assert ports, f"{name} publishes no port"
+        for port in ports:
+            # docker-compose v1 resolves "127.0.0.1:19090:9090" to host_ip/published/target
+            # (long form) or keeps the short string, depending on its version.
+            if isinstance(port, dict):
+                assert (port.get("host_ip"), int(port["target"])) == ("127.0.0.1", target), port
+            else:
+                assert port.startswith("127.0.0.1:"), port
+
+
+def test_prometheus_admin_api_and_lifecycle_stay_off(compose_file):
+    flags = compose_file["services"]["prometheus"]["command"]
+    assert not any(f.startswith(("--web.enable-lifecycle", "--web.enable-admin-api")) for f in flags)
+
+
+def test_grafana_has_no_anonymous_access_and_no_default_password(compose_file):
+    env = compose_file["services"]["grafana"]["environment"]
+    assert str(env.get("GF_AUTH_ANONYMOUS_ENABLED", "false")).lower() == "false"
+    assert "GF_AUTH_ANONYMOUS_ORG_ROLE" not in env
+    without = {k: v for k, v in REQUIRED_ENV.items() if k != "GRAFANA_ADMIN_PASSWORD"}
+    result = compose("config", "-q", required=without)
+    assert result.returncode != 0
+    assert "GRAFANA_ADMIN_PASSWORD" in result.stderr
