@@ -162,8 +162,9 @@ class FlagFile:
 def _parse(content: bytes, path: Path, log: Any) -> Mapping[str, Mapping[str, Any]]:
     try:
         data = yaml.safe_load(content) or {}
-    except yaml.YAMLError as exc:
-        log.warning("flags_file_unreadable", path=str(path), error=str(exc).splitlines()[0])
+    except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: nested deeper than the parser follows
+        log.warning("flags_file_unreadable", path=str(path),
+                    error=(str(exc).splitlines() or [type(exc).__name__])[0])
         return {}
     if not isinstance(data, dict):
         log.warning("flags_file_unreadable", path=str(path), error="not a mapping of pool to flags")

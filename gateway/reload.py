@@ -1,7 +1,10 @@
 """Policy hot reload: on file change, on SIGHUP, and on request.
 
 A new file that fails validation is rejected whole: the policy in force keeps
-serving, and the reason is logged and counted.
+serving, and the reason is logged and counted (`policy_reloads_total{result}`:
+`applied`, `rejected` for a file that breaks the policy's rules, `error` for
+one the loader could not even take apart, say YAML nested deeper than the
+parser's recursion limit). The watcher survives all of them and keeps watching.
 """
 
 from __future__ import annotations
@@ -37,6 +40,13 @@ class PolicyReloader:
             self.log.warning("policy_rejected", path=str(self.path), errors=exc.problems and
                              [f"line {line}: {msg}" for line, msg in exc.problems])
             raise
+        except Exception as exc:  # noqa: BLE001 (any failure to load is a rejected file, never a dead watcher)
+            error = PolicyError(str(self.path), [(1, f"cannot load policy: {type(exc).__name__}: {exc}")])
+            self.last_error = str(error)
+            self.metrics.policy_reloads.labels("error").inc()
+            self.log.error("policy_load_failed", path=str(self.path), error=f"{type(exc).__name__}: {exc}",
+                           action="the policy in force keeps serving")
+            raise error from None
         self.apply(policy)
         self.last_error = None
         self.metrics.policy_reloads.labels("applied").inc()
@@ -53,9 +63,13 @@ class PolicyReloader:
     async def watch(self, interval_s: float) -> None:
         while True:
             await asyncio.sleep(interval_s)
-            digest = await asyncio.to_thread(self._read_digest)
-            if digest != self._digest:
-                self.reload_quietly()
+            try:
+                digest = await asyncio.to_thread(self._read_digest)
+                if digest != self._digest:
+                    self.reload_quietly()
+            except Exception as exc:  # noqa: BLE001 (applying a policy may fail too: keep watching)
+                self.metrics.policy_reloads.labels("error").inc()
+                self.log.error("policy_watch_failed", path=str(self.path), error=f"{type(exc).__name__}: {exc}")
 
     def _read_digest(self) -> bytes | None:
         try:

@@ -62,6 +62,15 @@ def test_yaml_modes_from_a_mounted_configmap_and_bad_entries(tmp_path):
     assert file.poll() and flags.get("speculative").mode is Mode.AUTO
 
 
+def test_a_file_nested_deeper_than_the_parser_follows_is_ignored(tmp_path):
+    path = tmp_path / "flags.yaml"
+    path.write_text("speculative: " + "[" * 5000 + "]" * 5000 + "\n")
+    flags, file = store_with_file(path)  # at start-up: must not raise
+    assert flags.get("speculative").mode is Mode.AUTO
+    path.write_text("speculative: {mode: force_off}\n")
+    assert file.poll() and flags.get("speculative").mode is Mode.FORCE_OFF
+
+
 def test_a_read_only_file_is_watched_not_written(tmp_path):
     directory = tmp_path / "configmap"
     directory.mkdir()
