@@ -13,6 +13,14 @@ Besides httpx's timeouts it honours `extensions["deadline"]` (event-loop time):
 no read waits past it, so a backend that trickles bytes cannot stretch a
 request beyond its total time.
 
+Responses: interim 1xx answers (100 Continue, 103 Early Hints) are read and
+dropped, only the final response is returned; 101 is refused (the proxy never
+asks to switch protocols). The answer to HEAD ends with its headers, whatever
+Content-Length says. A connection goes back to the pool only when its last
+response was read to the end and nothing arrived after it: bytes nobody asked
+for (a late answer, a body after HEAD) close the connection, so they can
+never be taken for the next request's answer.
+
 Limits: `keepalive_expiry` drops idle connections older than that;
 `max_connections` bounds the requests in flight per origin (a request
 waits up to the pool timeout for a slot); `max_keepalive_connections` bounds
@@ -43,15 +51,19 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.error: Exception | None = None
         self.idle_since = 0.0
+        self.asked = False  # a request went out on this connection
         self._waiter: asyncio.Future[None] | None = None
         self._reset()
 
-    def _reset(self) -> None:
+    def _reset(self, head: bool = False) -> None:
+        self.head = head  # the request was HEAD: the response has no body
         self.headers: list[tuple[bytes, bytes]] = []
         self.status = 0
+        self.interim = False  # parsing a 1xx response that precedes the final one
         self.headers_done = False
         self.complete = False
         self.keep_alive = False
+        self.stray = False  # bytes came that belong to no request: never reuse
         self.received_any = False
         self.chunks: list[bytes] = []
         self.buffered = 0
@@ -61,11 +73,16 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if not self.asked or self.complete:  # nobody is waiting for these bytes
+            self.stray = True
+            self._abort()
+            return
         self.received_any = True
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self.error = httpx.RemoteProtocolError(f"invalid HTTP response: {exc}")
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            if self.error is None:
+                self.error = httpx.RemoteProtocolError(f"invalid HTTP response: {exc}")
             self._abort()
         self._wake()
 
@@ -77,28 +94,56 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     # -- httptools callbacks
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second answer to one request
+            self.stray = True
+        else:  # the final response after interim ones: their headers are not its headers
+            self.headers = []
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
+        if not self.complete:
+            self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
-        self.headers_done = True
+        if self.complete:
+            return
+        status = self.parser.get_status_code()
+        if status == 101:
+            self.error = httpx.RemoteProtocolError("the server switched protocols, which was not asked for")
+            self._abort()
+        elif status < 200:
+            self.interim = True  # its on_message_complete follows at once: 1xx have no body
+        else:
+            self.status = status
+            self.headers_done = True
+            if self.head:
+                self._finish()
 
     def on_body(self, body: bytes) -> None:
+        if self.complete:  # a body after HEAD's headers
+            self.stray = True
+            return
         self.chunks.append(body)
         self.buffered += len(body)
         if self.buffered > HIGH_WATER and self.transport is not None:
             self.transport.pause_reading()
 
     def on_message_complete(self) -> None:
-        # Ask now: once the callback returns the parser resets for the next message.
+        if self.interim:
+            self.interim = False
+        elif not self.complete:
+            self._finish()
+
+    def _finish(self) -> None:
+        # Ask now: once on_message_complete returns the parser resets for the next message.
         self.keep_alive = self.parser.should_keep_alive()
         self.complete = True
 
     # -- used by the transport
-    def send(self, data: bytes) -> None:
-        self._reset()
+    def send(self, data: bytes, head: bool = False) -> None:
+        self._reset(head)
         self.parser = httptools.HttpResponseParser(self)
+        self.asked = True
         assert self.transport is not None
         # A server may drop a new connection before the request goes out; uvloop
         # raises on writes to a closed transport. `wait_headers` reports it instead.
@@ -106,12 +151,13 @@ class Connection(asyncio.Protocol):
             self.transport.write(data)
 
     def reusable(self) -> bool:
-        return self.complete and self.keep_alive and not self.closed and self.error is None
+        return (self.complete and self.keep_alive and not self.stray and not self.closed
+                and self.error is None)
 
-    async def wait_headers(self, timeout: float | None) -> None:
+    async def wait_headers(self, read_timeout: float | None, deadline: float | None) -> None:
         while not self.headers_done:
             self._raise_if_broken()
-            await self._wait(timeout)
+            await self._wait(_bounded(read_timeout, deadline))
 
     async def next_chunk(self, timeout: float | None) -> bytes | None:
         while True:
@@ -229,6 +275,7 @@ class PooledTransport(httpx.AsyncBaseTransport):
 
     async def _exchange(self, origin: Origin, payload: bytes, timeouts: dict[str, Any],
                         deadline: float | None, request: httpx.Request) -> Connection:
+        head = request.method == "HEAD"
         idle = self._idle.get(origin)
         while idle:
             connection = idle.pop()
@@ -236,9 +283,9 @@ class PooledTransport(httpx.AsyncBaseTransport):
                                      asyncio.get_running_loop().time() - connection.idle_since > self._expiry):
                 self._discard(connection)
                 continue
-            connection.send(payload)
+            connection.send(payload, head)
             try:
-                await connection.wait_headers(_bounded(timeouts.get("read"), deadline))
+                await connection.wait_headers(timeouts.get("read"), deadline)
                 return connection
             except _ClosedEarly:  # the server dropped the idle connection: use a new one
                 self._discard(connection)
@@ -246,9 +293,9 @@ class PooledTransport(httpx.AsyncBaseTransport):
                 self._discard(connection)
                 raise
         connection = await self._connect(origin, timeouts.get("connect"), request)
-        connection.send(payload)
+        connection.send(payload, head)
         try:
-            await connection.wait_headers(_bounded(timeouts.get("read"), deadline))
+            await connection.wait_headers(timeouts.get("read"), deadline)
         except _ClosedEarly:
             self._discard(connection)
             raise httpx.RemoteProtocolError("the server closed the connection without a response",

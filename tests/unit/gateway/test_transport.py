@@ -217,3 +217,112 @@ def test_deadline_bounds_a_trickling_body():
             await transport.aclose()
 
     asyncio.run(main())
+
+
+def serve_each(*answers: bytes) -> Handler:
+    """A handler that answers the requests of one connection in turn with `answers`;
+    a pause between an answer's parts (split on b"|") makes them arrive apart."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for answer in answers:
+            try:
+                await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            for part in answer.split(b"|"):
+                writer.write(part)
+                await writer.drain()
+                await asyncio.sleep(0.01)
+        await reader.read()  # keep the connection open until the client closes it
+
+    return handler
+
+
+def send(transport: PooledTransport, url: str, method: str = "POST") -> Awaitable[httpx.Response]:
+    return transport.handle_async_request(httpx.Request(
+        method, url + "/v1/x", content=b"{}" if method != "HEAD" else b"",
+        extensions={"timeout": {"connect": 2, "read": 5, "pool": 2}}))
+
+
+def test_interim_responses_are_skipped_and_the_final_one_is_returned():
+    async def main() -> None:
+        server = RawServer(serve_each(
+            b"HTTP/1.1 100 Continue\r\n\r\n|HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n|"
+            b"HTTP/1.1 200 OK\r\nx-final: yes\r\ncontent-length: 3\r\n\r\none",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\ntwo"))
+        async with server as url:
+            transport = PooledTransport()
+            first = await send(transport, url)
+            assert first.status_code == 200
+            assert first.headers.get("x-final") == "yes" and "link" not in first.headers
+            assert await first.aread() == b"one"
+            await first.aclose()
+            # the same connection, and the next request gets its own answer
+            assert await exchange(transport, url) == (200, b"two")
+            assert server.connections == 1
+            await transport.aclose()
+
+    asyncio.run(main())
+
+
+def test_head_response_ends_with_its_headers_and_the_connection_is_reused():
+    async def main() -> None:
+        server = RawServer(serve_each(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\ncontent-type: application/json\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"))
+        async with server as url:
+            transport = PooledTransport()
+            head = await send(transport, url, "HEAD")
+            assert head.status_code == 200 and head.headers["content-length"] == "100"
+            assert await head.aread() == b""
+            await head.aclose()
+            assert await exchange(transport, url) == (200, b"ok")
+            assert server.connections == 1
+            await transport.aclose()
+
+    asyncio.run(main())
+
+
+def test_no_body_statuses_keep_the_connection():
+    async def main() -> None:
+        server = RawServer(serve_each(b"HTTP/1.1 204 No Content\r\n\r\n",
+                                      b"HTTP/1.1 304 Not Modified\r\netag: x\r\n\r\n",
+                                      b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"))
+        async with server as url:
+            transport = PooledTransport()
+            assert await exchange(transport, url) == (204, b"")
+            assert await exchange(transport, url) == (304, b"")
+            assert await exchange(transport, url) == (200, b"ok")
+            assert server.connections == 1
+            await transport.aclose()
+
+    asyncio.run(main())
+
+
+def test_switching_protocols_is_refused():
+    async def main() -> None:
+        server = RawServer(serve_each(
+            b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\nraw bytes"))
+        async with server as url:
+            transport = PooledTransport()
+            with pytest.raises(httpx.RemoteProtocolError):
+                await send(transport, url)
+            await transport.aclose()
+
+    asyncio.run(main())
+
+
+def test_bytes_after_the_final_response_are_dropped_with_the_connection():
+    async def main() -> None:
+        server = RawServer(serve_each(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfresh"))
+        async with server as url:
+            transport = PooledTransport()
+            assert await exchange(transport, url) == (200, b"ok")
+            assert await exchange(transport, url) == (200, b"ok")  # a new connection's first answer
+            assert server.connections == 2
+            await transport.aclose()
+
+    asyncio.run(main())
