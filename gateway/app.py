@@ -8,6 +8,7 @@ import os
 import random
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from urllib.parse import quote
 
 import httpx
 import structlog
@@ -27,6 +28,7 @@ from gateway.flag_file import FlagFile
 from gateway.flags import FlagStore, PoolFlag, reason_word
 from gateway.guard import Guard
 from gateway.metrics import GatewayMetrics
+from gateway.paths import normalise_target
 from gateway.policy import Policy, load_policy
 from gateway.pools import Endpoint, HealthMonitor, Pool
 from gateway.reload import PolicyReloader
@@ -38,6 +40,7 @@ from gateway.traffic import ClassLatency
 
 class RequestIdMiddleware:
     """Give every request an id before anything can fail (accepted or generated),
+    check and normalise its path (gateway.paths) before anything routes on it,
     and send the hot routes straight to their handlers.
 
     The completion routes carry nearly all traffic; Starlette's exception
@@ -57,6 +60,12 @@ class RequestIdMiddleware:
             return
         request = Request(scope, receive)
         scope.setdefault("state", {})["request_id"] = request_id(request, self.rng)
+        try:
+            scope["raw_path"], scope["path"] = normalise_target(
+                scope.get("raw_path") or quote(scope["path"]).encode(), scope.get("query_string", b""))
+        except GatewayError as exc:
+            await (await _gateway_error(request, exc))(scope, receive, send)
+            return
         handler = self.hot.get(scope["path"]) if scope["method"] == "POST" else None
         if handler is None:
             await self.app(scope, receive, send)
