@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from prometheus_client import CollectorRegistry
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backends.serving import Delta, GenerationRequest, VllmMetrics, create_openai_app
 from backends.serving.server import BackgroundServer
@@ -147,7 +148,7 @@ class FakeVllm:
             healthy=lambda: self.healthy,
         )  # fmt: skip
         self._injector = FaultInjector(app, self.faults)
-        self._server = BackgroundServer(self._injector, host=host, port=port)
+        self._server = BackgroundServer(_echo_request_id(self._injector), host=host, port=port)
 
     # Lifecycle -------------------------------------------------------------
 
@@ -317,6 +318,26 @@ class FakeVllm:
 
     def completion_requests(self) -> list[RecordedRequest]:
         return [r for r in self.requests if r.path.startswith("/v1/") and r.method == "POST"]
+
+
+def _echo_request_id(app: ASGIApp) -> ASGIApp:
+    """Every answer carries the `x-request-id` its request came with as
+    `x-fake-request-id`, so a test can tell which request an answer belongs to."""
+
+    async def echoing(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        echo = [(b"x-fake-request-id", v) for k, v in scope["headers"] if k.lower() == b"x-request-id"][:1]
+
+        async def send_with_echo(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *echo]}
+            await send(message)
+
+        await app(scope, receive, send_with_echo)
+
+    return echoing
 
 
 def main(argv: list[str] | None = None) -> int:
