@@ -29,6 +29,10 @@ def test_round_trip_and_the_p95_the_guard_compares(tmp_path):
     (None, "cannot read baseline"),
     ("{not json", "not a baseline file"),
     ('{"url": "u"}', "model: Field required"),
+    *((json.dumps({"url": "u", "model": "m", "recorded_at": "2026-01-01T00:00:00Z", "requests": 1,
+                   "ttft_s": {"p50": 0.1, "p95": 0.1}, "tpot_s": {"p50": 0.1, "p95": 0.2},
+                   "e2e_s": {"p50": 1.0, "p95": 2.0}}).replace("0.2", number), "tpot_s.p95: Input should be a finite")
+      for number in ("Infinity", "NaN", "1e999")),
 ])
 def test_bad_files_say_why(tmp_path, content, message):
     path = tmp_path / "baseline.json"
