@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -60,10 +61,10 @@ class AdminAPI:
         if endpoint == "chat" and "messages" not in body and "prompt" in body:
             endpoint = "completions"
         routed = self.proxy.route(body, endpoint, request.headers)
-        return JSONResponse(routed.decision.to_json(routed.features, self.flags.snapshot()))
+        return _json(routed.decision.to_json(routed.features, self.flags.snapshot()))
 
     async def get_flags(self, request: Request) -> Response:
-        return JSONResponse({name: flag.to_json() for name, flag in self.flags.snapshot().items()})
+        return _json({name: flag.to_json() for name, flag in self.flags.snapshot().items()})
 
     async def put_flag(self, request: Request) -> Response:
         pool = request.path_params["pool"]
@@ -75,18 +76,18 @@ class AdminAPI:
         except ValueError:
             raise InvalidRequest("'mode' must be one of auto, force_on, force_off", param="mode") from None
         flag = self.flags.set_mode(pool, mode, reason=f"admin:{mode.value}")
-        return JSONResponse({pool: flag.to_json()})
+        return _json({pool: flag.to_json()})
 
     async def get_guard(self, request: Request) -> Response:
         """The guard's last signals and state machine counters, per speculative pool."""
         if self.guard_status is None:
             raise NotFound("this gateway runs no guard")
-        return JSONResponse(self.guard_status())
+        return _json(self.guard_status())
 
     async def get_policy(self, request: Request) -> Response:
         policy = self.proxy.runtime.policy
-        return JSONResponse({"source": policy.source, "policy": policy.spec.model_dump(mode="json"),
-                             "last_reload_error": self.reloader.last_error})
+        return _json({"source": policy.source, "policy": policy.spec.model_dump(mode="json"),
+                      "last_reload_error": self.reloader.last_error})
 
     async def reload(self, request: Request) -> Response:
         try:
@@ -96,3 +97,19 @@ class AdminAPI:
                                  code="policy_invalid") from None
         return JSONResponse({"status": "applied", "source": policy.source,
                              "pools": list(policy.pools), "rules": [r.name for r in policy.rules]})
+
+
+def _json(content: Any) -> JSONResponse:
+    """A JSON answer in which NaN and infinities read null: JSON has no such numbers,
+    and a state that holds one must not turn an admin read into an error."""
+    return JSONResponse(_finite(content))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value

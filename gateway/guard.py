@@ -13,6 +13,8 @@ latency, load) from its source and judges them:
 `min_hold_s` after the last flip (hysteresis). While the source cannot be
 read the flags stay as they are (fail static) and `specgate_guard_up` is 0;
 after `stale_after_s` of that, the verdict goes off with reason `stale`.
+A check has one deadline (`check_timeout_s`) for everything it reads: a
+source that answers too slowly counts as unreadable, it never holds the loop.
 
 With `guard.classes.enabled`, traffic classes (domain x temperature bucket)
 whose gateway-measured time per output token is slower on the speculative
@@ -34,7 +36,7 @@ from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
 from gateway.policy import GuardSpec, Policy
 from gateway.runtime import Runtime
-from gateway.signals import PoolSignals, SignalError, Target
+from gateway.signals import PoolSignals, SignalError, Target, finite, settle
 from gateway.traffic import ClassComparison, ClassLatency
 
 
@@ -61,7 +63,8 @@ class Guard:
                  sources: Mapping[str, SignalSource], *, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  class_latency: ClassLatency | None = None,
-                 load_baseline: Callable[[str], Baseline] = read_baseline) -> None:
+                 load_baseline: Callable[[str], Baseline] = read_baseline,
+                 check_timeout_s: float = 10.0) -> None:
         self.runtime = runtime
         self.flags = flags
         self.metrics = metrics
@@ -70,6 +73,7 @@ class Guard:
         self.sleep = sleep
         self.class_latency = class_latency
         self.load_baseline = load_baseline
+        self.check_timeout_s = check_timeout_s
         self.log = structlog.get_logger("specgate.guard")
         self.started = clock()
         self.pools: dict[str, PoolState] = {}
@@ -105,16 +109,21 @@ class Guard:
         targets = [Target(n, policy.pools[n].dialect, tuple(e.url for e in policy.pools[n].endpoints))
                    for n in names]
         try:
-            signals = await self._source(spec).read(targets, spec)
-            baseline = await self._recorded_baseline(spec)
+            async with asyncio.timeout(self.check_timeout_s):
+                signals = await self._source(spec).read(targets, spec)
+                baseline = await self._recorded_baseline(spec)
         except (SignalError, BaselineError) as exc:
             self._unreadable(str(exc))
             return
+        except TimeoutError:
+            self._unreadable(f"{spec.source}: no complete answer within the check's {self.check_timeout_s:g} s")
+            return
         self._readable()
+        signals = {name: settle(pool_signals) for name, pool_signals in signals.items()}
         for name, pool_signals in signals.items():
             pool = self.runtime.pools.get(name)
-            if pool is not None and pool_signals.reported_load is not None:
-                pool.reported_load = pool_signals.reported_load
+            if pool is not None:  # no load series now: unknown, the gateway's own count decides
+                pool.reported_load = pool_signals.reported_load or 0
         for name in speculative:
             state = self.pools[name]
             state.baseline_pool = baselines[name]
@@ -143,7 +152,7 @@ class Guard:
                spec: GuardSpec) -> None:
         g = spec.speculative
         current = signals.p95(spec.latency_metric)
-        regression = (current / baseline_s - 1) * 100 if current is not None and baseline_s else None
+        regression = finite((current / baseline_s - 1) * 100) if current is not None and baseline_s else None
         state.signals, state.baseline_s, state.regression_pct = signals, baseline_s, regression
         acceptance = signals.acceptance_rate
         if acceptance is None or signals.volume_tokens < g.min_draft_tokens:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,6 +20,18 @@ QUANTILE = 0.95
 
 class SignalError(Exception):
     """The metrics could not be read (source down, query error, bad answer)."""
+
+
+def finite(value: float | None) -> float | None:
+    """The value, or None for NaN, +Inf and -Inf: a number JSON and comparisons can use."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def fraction(value: float | None) -> float | None:
+    """A finite value clamped to [0, 1]. Ratios of two counters' rates can leave
+    the range when the series were not sampled at the same instants."""
+    value = finite(value)
+    return None if value is None else min(max(value, 0.0), 1.0)
 
 
 @dataclass(frozen=True)
@@ -153,7 +165,7 @@ def compute(tally: Tally, dialect: Dialect, endpoints: Mapping[str, PoolSignals]
     acceptance = accepted / draft_tokens if draft_tokens > 0 else tally.averaged.get("accept_rate")
     length = 1 + accepted / drafts if drafts > 0 else tally.averaged.get("accept_length")
     per_position = tuple(tally.per_position[p] / drafts for p in sorted(tally.per_position)) if drafts > 0 else ()
-    return PoolSignals(
+    return settle(PoolSignals(
         acceptance_rate=acceptance,
         mean_accepted_length=length,
         per_position=per_position,
@@ -164,7 +176,32 @@ def compute(tally: Tally, dialect: Dialect, endpoints: Mapping[str, PoolSignals]
         running=tally.latest.get("running"),
         waiting=tally.latest.get("waiting"),
         endpoints=dict(endpoints or {}),
+    ))
+
+
+def settle(signals: PoolSignals) -> PoolSignals:
+    """The signals with every number finite or None and in its range, whatever a
+    source or a custom query handed in: acceptance (overall and per position) in
+    [0, 1], accepted length >= 1, counts and latencies >= 0."""
+    length = finite(signals.mean_accepted_length)
+    return replace(
+        signals,
+        acceptance_rate=fraction(signals.acceptance_rate),
+        mean_accepted_length=None if length is None else max(length, 1.0),
+        per_position=tuple(fraction(p) or 0.0 for p in signals.per_position),
+        volume_tokens=_at_least_zero(signals.volume_tokens) or 0.0,
+        itl_p95=_at_least_zero(signals.itl_p95),
+        e2e_p95=_at_least_zero(signals.e2e_p95),
+        tpot_p95=_at_least_zero(signals.tpot_p95),
+        running=_at_least_zero(signals.running),
+        waiting=_at_least_zero(signals.waiting),
+        endpoints={name: settle(endpoint) for name, endpoint in signals.endpoints.items()},
     )
+
+
+def _at_least_zero(value: float | None) -> float | None:
+    value = finite(value)
+    return None if value is None else max(value, 0.0)
 
 
 def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:

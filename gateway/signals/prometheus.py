@@ -11,7 +11,6 @@ expand in it.
 from __future__ import annotations
 
 import asyncio
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -21,7 +20,8 @@ from typing import Any
 import httpx
 
 from gateway.policy import GuardSpec
-from gateway.signals.model import DIALECTS, PoolSignals, SignalError, Tally, Target, compute, merge
+from gateway.signals.model import (DIALECTS, PoolSignals, SignalError, Tally, Target, compute, finite, merge,
+                                   settle)
 
 QUERY_SIGNALS = {"accept_rate": "acceptance_rate", "mean_accepted_length": "mean_accepted_length",
                  "draft_tokens": "volume_tokens", "itl_p95": "itl_p95", "e2e_p95": "e2e_p95",
@@ -60,7 +60,14 @@ class PrometheusSource:
         await self.client.aclose()
 
     async def read(self, targets: Sequence[Target], spec: GuardSpec) -> dict[str, PoolSignals]:
-        results = await asyncio.gather(*(self._read_pool(t, spec) for t in targets))
+        """All pools' signals within `timeout_s` in all (a server that trickles its
+        answers runs out of time like one that sends nothing)."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                results = await asyncio.gather(*(self._read_pool(t, spec) for t in targets))
+        except TimeoutError:
+            raise SignalError(f"prometheus at {self.url} gave no complete answer within "
+                              f"{self.timeout_s:g} s") from None
         return {t.pool: signals for t, signals in zip(targets, results, strict=True)}
 
     async def _read_pool(self, target: Target, spec: GuardSpec) -> PoolSignals:
@@ -106,27 +113,41 @@ class PrometheusSource:
         answers = await asyncio.gather(*(self.query(text) for text in texts))
         changes: dict[str, Any] = {}
         for name, vector in zip(names, answers, strict=True):
-            values = [value for _, value in vector if not math.isnan(value)]
+            values = [value for _, value in vector]
             changes[QUERY_SIGNALS[name]] = sum(values) if values else (0.0 if name == "draft_tokens" else None)
-        return replace(signals, **changes)
+        return settle(replace(signals, **changes))
 
     async def query(self, promql: str) -> list[tuple[Mapping[str, str], float]]:
-        """An instant query: (labels, value) per series; a scalar answers one unlabelled row."""
+        """An instant query: (labels, value) per series; a scalar answers one unlabelled row.
+        Samples that are not finite numbers (NaN, +Inf, -Inf: a 0/0 or x/0 in PromQL)
+        are dropped, as if the series had no sample."""
         try:
             response = await self.client.get(f"{self.url}/api/v1/query", params={"query": promql},
                                              timeout=self.timeout_s)
             body = response.json()
         except (httpx.HTTPError, ValueError) as exc:
             raise SignalError(f"prometheus at {self.url} unreachable: {type(exc).__name__}") from None
+        if not isinstance(body, dict):
+            raise SignalError(f"prometheus answered {type(body).__name__}, not an object: {promql}")
         if response.status_code != 200 or body.get("status") != "success":
             raise SignalError(f"prometheus query failed ({response.status_code}): "
                               f"{body.get('error', 'no error text')}: {promql}")
-        data = body.get("data", {})
-        if data.get("resultType") == "scalar":
-            return [({}, float(data["result"][1]))]
-        rows = []
-        for series in data.get("result", []):
-            value = float(series["value"][1])
-            if not math.isnan(value):
-                rows.append((series.get("metric", {}), value))
-        return rows
+        try:
+            return _rows(body["data"])
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise SignalError(f"prometheus answered a malformed result ({type(exc).__name__}: {exc}): "
+                              f"{promql}") from None
+
+
+def _rows(data: Mapping[str, Any]) -> list[tuple[Mapping[str, str], float]]:
+    if data.get("resultType") == "scalar":
+        series = [{"value": data["result"]}]
+    else:
+        series = data.get("result") or []
+    rows = []
+    for one in series:
+        value = finite(float(one["value"][1]))
+        if value is not None:
+            labels = one.get("metric") or {}
+            rows.append(({str(k): str(v) for k, v in labels.items()}, value))
+    return rows

@@ -16,7 +16,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.policy import GuardSpec
-from gateway.signals.model import DIALECTS, Dialect, PoolSignals, SignalError, Tally, Target, compute, merge
+from gateway.signals.model import (DIALECTS, Dialect, PoolSignals, SignalError, Tally, Target, compute, finite,
+                                   merge)
 
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]  # (sample name, sorted labels)
 Sample = tuple[float, dict[SeriesKey, float]]  # (time, values)
@@ -30,8 +31,9 @@ def parse_exposition(text: str, wanted: set[str]) -> dict[SeriesKey, float]:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name = names.get(sample.name)
-            if name is not None:
-                values[(name, tuple(sorted(sample.labels.items())))] = float(sample.value)
+            value = finite(float(sample.value))
+            if name is not None and value is not None:  # NaN or Inf: as if the sample were missing
+                values[(name, tuple(sorted(sample.labels.items())))] = value
     return values
 
 
@@ -73,22 +75,33 @@ class ScrapeSource:
     async def read(self, targets: Sequence[Target], spec: GuardSpec) -> dict[str, PoolSignals]:
         urls = sorted({url for target in targets for url in target.urls})
         wanted = set().union(*(DIALECTS[t.dialect].metric_names() for t in targets)) if targets else set()
-        scraped = await asyncio.gather(*(self._scrape(url, wanted) for url in urls))
+        failures = await asyncio.gather(*(self._scrape(url, wanted) for url in urls))
         now = self.clock()
-        if urls and not any(ok for ok in scraped):
-            raise SignalError("no endpoint answered /metrics")
+        if urls and all(failures):
+            raise SignalError("no endpoint answered /metrics: " + "; ".join(
+                f"{url}: {failure}" for url, failure in zip(urls, failures, strict=True)))
         self._forget(set(urls), now - spec.window_s)
         return {t.pool: self._signals(t, now, spec.window_s) for t in targets}
 
-    async def _scrape(self, url: str, wanted: set[str]) -> bool:
+    async def _scrape(self, url: str, wanted: set[str]) -> str | None:
+        """Scrape one endpoint within `timeout_s` in all (an endpoint that trickles
+        its answer runs out of time like one that sends nothing); None when it
+        answered, else why not. An endpoint that did not answer keeps no sample,
+        so its window empties as the check goes on: it goes stale, not stuck."""
         try:
-            response = await self.client.get(url + "/metrics", timeout=self.timeout_s)
-            response.raise_for_status()
+            async with asyncio.timeout(self.timeout_s):
+                response = await self.client.get(url + "/metrics", timeout=self.timeout_s)
+                response.raise_for_status()
+        except TimeoutError:
+            return f"no complete answer within {self.timeout_s:g} s"
+        except httpx.HTTPError as exc:
+            return type(exc).__name__
+        try:
             values = await asyncio.to_thread(parse_exposition, response.text, wanted)
-        except (httpx.HTTPError, ValueError):
-            return False
+        except Exception as exc:  # noqa: BLE001 (whatever the parser raises, the scrape failed)
+            return f"unreadable exposition: {type(exc).__name__}"
         self._history.setdefault(url, deque()).append((self.clock(), values))
-        return True
+        return None
 
     def _forget(self, urls: set[str], oldest: float) -> None:
         for url in list(self._history):

@@ -92,3 +92,23 @@ def test_pool_signals_from_endpoints():
     assert pool.acceptance_rate == pytest.approx(0.5) and pool.mean_accepted_length == pytest.approx(2.5)
     assert pool.per_position == pytest.approx((0.6, 0.5, 0.4))
     assert pool.reported_load == 8 and pool.volume_tokens == 60
+
+
+def test_parse_drops_samples_that_are_not_finite():
+    text = ("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\"} NaN\n"
+            "vllm:num_requests_running{engine=\"1\"} +Inf\nvllm:num_requests_running{engine=\"2\"} 4\n"
+            "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting -Inf\n")
+    values = parse_exposition(text, DIALECTS["vllm"].metric_names())
+    assert values == {("vllm:num_requests_running", (("engine", "2"),)): 4.0}
+
+
+def test_rates_are_clamped_to_their_range_and_nothing_comes_out_not_finite():
+    # Two series' increases over the same window, extrapolated from samples taken at
+    # different instants: a position can count a little more than the drafts.
+    tally = Tally(counters={"drafts": 100, "draft_tokens": 300, "accepted": 305},
+                  per_position={0: 102.1, 1: 100, 2: -3}, latest={"running": math.inf, "waiting": -2})
+    pool = compute(tally, DIALECTS["vllm"])
+    assert pool.per_position == (1.0, 1.0, 0.0) and pool.acceptance_rate == 1.0
+    assert pool.running is None and pool.waiting == 0 and pool.reported_load == 0
+    empty = compute(Tally(counters={"drafts": math.nan, "draft_tokens": math.nan}), DIALECTS["vllm"])
+    assert (empty.acceptance_rate, empty.mean_accepted_length, empty.volume_tokens) == (None, None, 0.0)

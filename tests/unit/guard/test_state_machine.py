@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -214,3 +215,70 @@ def test_guard_spec_rejects_inconsistent_settings(guard, message):
     with pytest.raises(PolicyError) as error:
         make_policy(**guard)
     assert message in str(error.value)
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("bad", [
+    signals(NAN, volume=NAN, itl=NAN, running=NAN, waiting=NAN),
+    signals(INF, volume=INF, itl=INF, running=INF, waiting=-INF),
+    signals(-INF, volume=1000, itl=-INF, running=None, waiting=INF),
+], ids=["nan", "inf", "mixed"])
+def test_numbers_that_are_not_numbers_hold_and_serialise(rig_for, bad):
+    rig = rig_for(speculative={"trip_after": 1, "recover_after": 1, "min_hold_s": 0})
+    rig.check(signals(0.8, running=6, waiting=3))
+    for _ in range(3):
+        rig.check(bad, std=bad)
+    assert rig.enabled and rig.guard_up() == 1
+    status = rig.guard.status()
+    pool = status["pools"]["speculative"]
+    assert pool["verdict"] == "hold" and pool["signals"]["acceptance_rate"] is None
+    assert rig.runtime.pools["speculative"].reported_load == 0
+    json.dumps(status, allow_nan=False)  # JSON has no NaN: the admin API answers this as it is
+
+
+def test_acceptance_above_one_is_clamped_before_it_is_judged(rig_for):
+    rig = rig_for()
+    rig.check(signals(1.7))
+    assert rig.guard.status()["pools"]["speculative"]["signals"]["acceptance_rate"] == 1.0
+
+
+def test_an_empty_load_answer_clears_the_reported_load(rig_for):
+    rig = rig_for()
+    rig.check(signals(0.8, running=6, waiting=3))
+    assert rig.runtime.pools["speculative"].reported_load == 9
+    rig.check(signals(0.8, running=None, waiting=None))
+    assert rig.runtime.pools["speculative"].reported_load == 0
+
+
+class TricklingSource:
+    """Answers one step of `steps` at a time; records whether the guard cut it off."""
+
+    def __init__(self, steps: int = 400) -> None:
+        self.steps = steps
+        self.cancelled = False
+        self.finished = False
+
+    async def read(self, targets, spec):
+        try:
+            for _ in range(self.steps):
+                await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        self.finished = True
+        return {}
+
+
+def test_a_check_has_one_deadline_for_everything_it_reads(rig_for):
+    rig = rig_for(stale_after_s=30)
+    slow = TricklingSource()
+    rig.guard.sources = {"prometheus": slow}
+    rig.guard.check_timeout_s = 0.2
+    rig.check(GOOD)
+    assert slow.cancelled and not slow.finished
+    assert rig.guard_up() == 0 and "no complete answer within the check's 0.2 s" in rig.guard.status()["error"]
+    assert rig.enabled, "fail static at first"
+    rig.check(GOOD, advance=31)
+    assert not rig.enabled and reason_word(rig.flags.get("speculative").reason) == "stale"

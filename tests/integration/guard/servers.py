@@ -1,0 +1,102 @@
+"""Loopback servers that answer the guard badly on purpose: a Prometheus HTTP
+API whose vectors the test sets (NaN, infinities, nothing), and a /metrics
+endpoint that trickles its answer one byte at a time."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+Vector = list[tuple[dict[str, str], str]]  # (labels, value as Prometheus writes it: "1.5", "NaN", "+Inf")
+
+
+class FakePrometheus:
+    """`GET /api/v1/query`: the vector of the first `answers` key the query
+    contains (a metric name, say), else an empty vector; or `body` verbatim."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, Vector] = {}
+        self.body: bytes | None = None
+        self.queries: list[str] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("query", [""])[0]
+                fake.queries.append(query)
+                vector = next((v for key, v in list(fake.answers.items()) if key in query), [])
+                body = fake.body or json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
+                    {"metric": labels, "value": [1700000000.0, value]} for labels, value in vector]}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.handle_error = lambda request, client_address: None  # type: ignore[method-assign]  # a client that gave up early is no error here
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+
+    def __enter__(self) -> FakePrometheus:
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class TricklingMetrics:
+    """`GET /metrics` answers a complete header, then a valid exposition one byte
+    every `gap_s`. `hung_up` is set when a client closes the connection before
+    the body is complete; `finished` when a whole body went out."""
+
+    BODY = b"".join(b"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running %d\n" % i
+                    for i in range(40))
+
+    def __init__(self, gap_s: float = 0.02) -> None:
+        self.gap_s = gap_s
+        self.hung_up = threading.Event()
+        self.finished = threading.Event()
+        self._stop = threading.Event()
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen()
+        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
+
+    def __enter__(self) -> TricklingMetrics:
+        threading.Thread(target=self._serve, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self.listener.close()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            try:
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n"
+                             b"content-length: %d\r\n\r\n" % len(self.BODY))
+                for i in range(len(self.BODY)):
+                    if self._stop.wait(self.gap_s):
+                        return
+                    conn.sendall(self.BODY[i:i + 1])
+            except OSError:  # the client closed the connection: it gave up on the body
+                self.hung_up.set()
+                return
+            self.finished.set()
