@@ -56,6 +56,7 @@ class PoolState:
     baseline_s: float | None = None
     regression_pct: float | None = None
     classes: tuple[ClassComparison, ...] = ()
+    matched: bool | None = None  # the last read found series of the pool
 
 
 class Guard:
@@ -131,6 +132,7 @@ class Guard:
             base_s = baseline.p95(spec.latency_metric) if baseline else (
                 base.p95(spec.latency_metric) if base else None)
             self._judge(name, state, signals[name], base_s, spec)
+            self._note_matched(name, state, signals[name], spec)
             if spec.classes.enabled and self.class_latency is not None and baselines[name]:
                 self._judge_classes(name, state, baselines[name], policy)
 
@@ -183,6 +185,16 @@ class Guard:
             reason = (f"recovered: acceptance {acceptance:.3f} > {g.accept_rate.recover_above} "
                       f"for {state.good} checks")
             self._flip(name, state, True, reason, {**evidence, "checks": state.good}, now)
+
+    def _note_matched(self, name: str, state: PoolState, signals: PoolSignals, spec: GuardSpec) -> None:
+        """Warn once when a pool's selector finds nothing: the guard would hold for ever
+        while guard_up reads 1 (say, `instance` selecting Service names behind pod IPs)."""
+        matched = bool(signals.endpoints)
+        if not matched and state.matched is not False:
+            self.log.warning("guard_found_no_series", pool=name, source=spec.source,
+                             target=f"{spec.target.label}=~{spec.target.value}",
+                             action="holding; check guard.target against the scrape's labels")
+        state.matched = matched
 
     def _flip(self, name: str, state: PoolState, enabled: bool, reason: str,
               evidence: Mapping[str, float], now: float) -> None:
@@ -251,6 +263,7 @@ class Guard:
                 "good_checks": state.good,
                 "since_last_flip_s": round(now - state.last_flip, 3),
                 "enough_data": state.verdict not in ("hold", "unknown", "stale"),
+                "series_found": state.matched,
                 "signals": state.signals.to_json() if state.signals else None,
                 "latency": {"metric": spec.latency_metric, "p95_s": state.signals.p95(spec.latency_metric)
                             if state.signals else None, "baseline_s": state.baseline_s,

@@ -5,6 +5,7 @@ references between objects that no schema sees."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import shlex
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import pytest
 import yaml
 
 from gateway.policy import parse_policy
+from gateway.signals import Target
+from gateway.signals.prometheus import selector
 from tests.unit.deploy.conftest import DEPLOY, K8S, REPO
 
 # Validated here by shape only: kubernetes-validate ships no schema for them.
@@ -184,6 +187,24 @@ def test_backend_monitor_labels_series_with_the_service_pool(k8s_documents):
     assert source == "__meta_kubernetes_service_label_specgate_io_pool"
     pools = {s["metadata"]["labels"].get("specgate.io/pool") for s in by_kind(k8s_documents, "Service")}
     assert {"speculative", "standard"} <= pools
+
+
+def test_guard_selects_each_pool_by_the_label_the_monitor_sets(k8s_documents):
+    """`instance` is a pod IP in the cluster: a selector built from the policy's
+    Service URLs would never match, and the guard would hold for ever."""
+    config = one(k8s_documents, "ConfigMap", "specgate-gateway-config")
+    policy = parse_policy(config["data"]["policy.yaml"], "configmap:policy.yaml")
+    target = policy.spec.guard.target
+    [relabel] = one(k8s_documents, "ServiceMonitor", "specgate-vllm")["spec"]["endpoints"][0]["relabelings"]
+    assert policy.spec.guard.source == "prometheus"
+    assert target.label == relabel["targetLabel"] == "pool" and "{endpoints}" not in target.value
+    services = {s["metadata"]["name"]: s for s in by_kind(k8s_documents, "Service")}
+    for name, pool in policy.pools.items():
+        matcher = selector(Target(name, pool.dialect, tuple(e.url for e in pool.endpoints)), policy.spec.guard)
+        pattern = re.fullmatch(r'pool=~"(.*)"', matcher).group(1).replace("\\\\", "\\")
+        for endpoint in pool.endpoints:
+            labels = services[urlsplit(endpoint.url).hostname]["metadata"]["labels"]
+            assert re.fullmatch(pattern, labels["specgate.io/pool"]), (name, matcher, labels)
 
 
 @pytest.mark.parametrize("pool, profile", [("speculative", "speculative-eagle3"),

@@ -8,6 +8,7 @@ This proves the `pool` relabeling and the recording rules on real scrapes.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import socket
@@ -21,7 +22,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 
-from tests.unit.deploy.conftest import DEPLOY, require_tool
+from gateway.policy import load_policy
+from gateway.signals import PrometheusSource, Target
+from tests.unit.deploy.conftest import DEPLOY, REPO, require_tool
 
 DEADLINE_S = 40
 
@@ -170,3 +173,31 @@ def test_alert_rules_load_and_stay_quiet_on_healthy_series(prometheus):
     # 0.4 is below 0.5: LowAcceptRate is pending (its `for: 10m` has not elapsed).
     pending = query_until(prometheus, 'ALERTS{alertstate="pending"}', lambda r: len(r) >= 1)
     assert {a["metric"]["alertname"] for a in pending} == {"LowAcceptRate"}
+
+
+def test_the_deployed_policy_selects_each_pool_on_real_scrapes(prometheus):
+    """The guard's own queries, built from the policy the Compose stack and the
+    Kubernetes ConfigMap ship, find each pool's series: the targets' addresses
+    (pod IPs in Kubernetes, loopback here) never appear in the selector."""
+    policy = load_policy(REPO / "policies" / "examples" / "compose.yaml")
+    spec = policy.spec.guard
+    targets = [Target(name, pool.dialect, tuple(e.url for e in pool.endpoints))
+               for name, pool in policy.pools.items()]
+
+    async def read_until_seen() -> dict:
+        source = PrometheusSource(prometheus)
+        try:
+            deadline = time.monotonic() + DEADLINE_S
+            while True:
+                signals = await source.read(targets, spec)
+                if signals["speculative"].acceptance_rate is not None or time.monotonic() > deadline:
+                    return signals
+                await asyncio.sleep(0.5)
+        finally:
+            await source.aclose()
+
+    signals = asyncio.run(read_until_seen())
+    speculative, standard = signals["speculative"], signals["standard"]
+    assert speculative.acceptance_rate == pytest.approx(0.4, abs=0.01)
+    assert speculative.running is None and standard.running == 3
+    assert standard.acceptance_rate is None and standard.volume_tokens == 0

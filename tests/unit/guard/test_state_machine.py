@@ -282,3 +282,14 @@ def test_a_check_has_one_deadline_for_everything_it_reads(rig_for):
     assert rig.enabled, "fail static at first"
     rig.check(GOOD, advance=31)
     assert not rig.enabled and reason_word(rig.flags.get("speculative").reason) == "stale"
+
+
+def test_a_selector_that_finds_no_series_shows_in_the_status(rig_for):
+    rig = rig_for()
+    found = signals(0.8)
+    found = type(found)(**{**found.__dict__, "endpoints": {"10.0.0.1:8000": signals(0.8)}})
+    rig.check(found)
+    assert rig.guard.status()["pools"]["speculative"]["series_found"] is True
+    rig.check(signals(acceptance=None, volume=0, running=None, waiting=None))
+    pool = rig.guard.status()["pools"]["speculative"]
+    assert pool["series_found"] is False and pool["verdict"] == "hold" and rig.guard_up() == 1
