@@ -59,7 +59,7 @@ def test_builtin_kinds_pass_strict_schema_validation(k8s_documents, version):
         validated.add(document["kind"])
     assert skipped == NOT_IN_SCHEMAS
     assert {"Deployment", "Service", "ConfigMap", "PodDisruptionBudget",
-            "HorizontalPodAutoscaler", "Namespace"} <= validated
+            "HorizontalPodAutoscaler", "Namespace", "NetworkPolicy"} <= validated
 
 
 def test_schema_validation_rejects_a_broken_deployment(k8s_documents):
@@ -242,3 +242,56 @@ def test_both_vllm_pools_serve_the_same_model(k8s_documents):
         [vllm] = one(k8s_documents, "Deployment", f"vllm-{pool}")["spec"]["template"]["spec"]["containers"]
         models |= {e["value"] for e in vllm["env"] if e["name"] == "SPECGATE_VLLM_MODEL"}
     assert len(models) == 1
+
+
+def pods(k8s_documents) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d["spec"]["template"] for d in by_kind(k8s_documents, "Deployment")}
+
+
+@pytest.mark.parametrize("name", ["specgate-gateway", "vllm-speculative", "vllm-standard"])
+def test_every_container_runs_without_privileges(k8s_documents, name):
+    """No capabilities, no privilege escalation, the runtime's seccomp profile and no
+    API token in any pod. vLLM's image runs as root (its caches live under /root), so
+    its container cannot require runAsNonRoot; every other container does."""
+    pod = pods(k8s_documents)[name]["spec"]
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    for container in pod.get("initContainers", []) + pod["containers"]:
+        context = {**pod["securityContext"], **container.get("securityContext", {})}
+        assert context.get("allowPrivilegeEscalation") is False, container["name"]
+        assert context.get("capabilities") == {"drop": ["ALL"]}, container["name"]
+        assert not context.get("privileged"), container["name"]
+        if not container["image"].startswith("vllm/vllm-openai:"):
+            assert context.get("runAsNonRoot") is True and context.get("runAsUser", 0) != 0, container["name"]
+            assert context.get("readOnlyRootFilesystem") is True, container["name"]
+
+
+def peer_selects(peer: dict, namespace_labels: dict, pod_labels: dict) -> bool:
+    """Whether a NetworkPolicy `from` entry admits a pod (labels, its namespace's labels)."""
+    pod_ok = selects(peer.get("podSelector", {}).get("matchLabels", {}), pod_labels) if "podSelector" in peer else True
+    if "namespaceSelector" in peer:
+        return pod_ok and selects(peer["namespaceSelector"].get("matchLabels", {}), namespace_labels)
+    return pod_ok and namespace_labels.get("kubernetes.io/metadata.name") == "specgate"
+
+
+def test_only_the_gateway_and_prometheus_reach_the_backends(k8s_documents):
+    [policy] = by_kind(k8s_documents, "NetworkPolicy")
+    templates = pods(k8s_documents)
+    guarded = {n for n, t in templates.items()
+               if selects(policy["spec"]["podSelector"]["matchLabels"], t["metadata"]["labels"])}
+    assert guarded == {"vllm-speculative", "vllm-standard"}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    [rule] = policy["spec"]["ingress"]
+    assert rule.get("from"), "an ingress rule without `from` admits everyone"
+    assert [p["port"] for p in rule["ports"]] == ["http"]
+    container_ports = {p["name"]: p["containerPort"] for n in guarded
+                       for c in templates[n]["spec"]["containers"] for p in c["ports"]}
+    assert container_ports == {"http": 8000}
+    here, monitoring = {"kubernetes.io/metadata.name": "specgate"}, {"kubernetes.io/metadata.name": "monitoring"}
+    gateway = templates["specgate-gateway"]["metadata"]["labels"]
+    prometheus = {"app.kubernetes.io/name": "prometheus", "prometheus": "k8s"}
+    admitted = {(who, ns) for who, labels in (("gateway", gateway), ("prometheus", prometheus),
+                                              ("other", {"app": "debug"}))
+                for ns, ns_labels in (("specgate", here), ("monitoring", monitoring))
+                if any(peer_selects(peer, ns_labels, labels) for peer in rule["from"])}
+    assert admitted == {("gateway", "specgate"), ("prometheus", "monitoring")}
