@@ -43,6 +43,7 @@ class RawConnection:
         self.sock = socket.create_connection((parts.hostname, parts.port), timeout=read_deadline_s)
         self.buffer = b""
         self.eof = False
+        self.closing = False  # the last answer said "connection: close": nothing follows it
 
     def __enter__(self) -> RawConnection:
         return self
@@ -58,6 +59,8 @@ class RawConnection:
 
     def answer(self, method: str = "GET") -> Answer | None:
         """The next final answer, or None when the server closed the connection first."""
+        if self.closing:
+            return None
         while True:
             head = self._read_until(b"\r\n\r\n")
             if head is None:
@@ -67,7 +70,9 @@ class RawConnection:
             headers = [(k.strip().lower(), v.strip()) for k, _, v in (line.partition(":") for line in lines[1:])]
             if 100 <= status < 200:
                 continue
-            return Answer(status, headers, self._body(method, status, headers))
+            answer = Answer(status, headers, self._body(method, status, headers))
+            self.closing = "close" in (answer.header("connection") or "").lower()
+            return answer
 
     def _body(self, method: str, status: int, headers: list[tuple[str, str]]) -> bytes:
         fields = dict(headers)
