@@ -193,7 +193,7 @@ def test_status_shape(rig_for):
     pool = status["pools"]["speculative"]
     assert pool["signals"]["acceptance_rate"] == 0.8 and pool["signals"]["running"] == 2
     assert pool["verdict"] == "good" and pool["good_checks"] == 1 and pool["enough_data"] is True
-    json.dumps(status)  # serialisable as it is
+    json.dumps(status, allow_nan=False)  # serialisable as it is, as strict JSON
 
 
 def test_an_outage_forgets_the_reported_load(rig_for):
