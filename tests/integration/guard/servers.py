@@ -5,15 +5,30 @@ endpoint that trickles its answer one byte at a time."""
 from __future__ import annotations
 
 import json
-import socket
+import socketserver
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
 
 Vector = list[tuple[dict[str, str], str]]  # (labels, value as Prometheus writes it: "1.5", "NaN", "+Inf")
 
 
-class FakePrometheus:
+class _InThread:
+    """Serves `self.server` from a daemon thread while in a `with` block."""
+
+    server: socketserver.BaseServer
+
+    def __enter__(self) -> Self:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class FakePrometheus(_InThread):
     """`GET /api/v1/query`: the vector of the first `answers` key the query
     contains (a metric name, say), else an empty vector; or `body` verbatim."""
 
@@ -39,20 +54,12 @@ class FakePrometheus:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.handle_error = lambda request, client_address: None  # type: ignore[method-assign]  # a client that gave up early is no error here
-        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
-
-    def __enter__(self) -> FakePrometheus:
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.handle_error = lambda request, client_address: None  # type: ignore[method-assign]  # a client that gave up early is no error here
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
 
 
-class TricklingMetrics:
+class TricklingMetrics(_InThread):
     """`GET /metrics` answers a complete header, then a valid exposition one byte
     every `gap_s`. `hung_up` is set when a client closes the connection before
     the body is complete; `finished` when a whole body went out."""
@@ -61,42 +68,31 @@ class TricklingMetrics:
                     for i in range(40))
 
     def __init__(self, gap_s: float = 0.02) -> None:
-        self.gap_s = gap_s
         self.hung_up = threading.Event()
         self.finished = threading.Event()
-        self._stop = threading.Event()
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen()
-        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
+        stop = threading.Event()
+        self._stop = stop
+        fake = self
 
-    def __enter__(self) -> TricklingMetrics:
-        threading.Thread(target=self._serve, daemon=True).start()
-        return self
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                self.request.recv(65536)
+                try:
+                    self.request.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n"
+                                         b"content-length: %d\r\n\r\n" % len(fake.BODY))
+                    for i in range(len(fake.BODY)):
+                        if stop.wait(gap_s):
+                            return
+                        self.request.sendall(fake.BODY[i:i + 1])
+                except OSError:  # the client closed the connection: it gave up on the body
+                    fake.hung_up.set()
+                    return
+                fake.finished.set()
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self.listener.close()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn:
-            conn.recv(65536)
-            try:
-                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n"
-                             b"content-length: %d\r\n\r\n" % len(self.BODY))
-                for i in range(len(self.BODY)):
-                    if self._stop.wait(self.gap_s):
-                        return
-                    conn.sendall(self.BODY[i:i + 1])
-            except OSError:  # the client closed the connection: it gave up on the body
-                self.hung_up.set()
-                return
-            self.finished.set()
+        super().__exit__(*exc)
