@@ -28,6 +28,11 @@ class _InThread:
         self.server.server_close()
 
 
+class _QuietHTTPServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that gave up on an answer early is no error here
+
+
 class FakePrometheus(_InThread):
     """`GET /api/v1/query`: the vector of the first `answers` key the query
     contains (a metric name, say), else an empty vector; or `body` verbatim."""
@@ -35,13 +40,11 @@ class FakePrometheus(_InThread):
     def __init__(self) -> None:
         self.answers: dict[str, Vector] = {}
         self.body: bytes | None = None
-        self.queries: list[str] = []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("query", [""])[0]
-                fake.queries.append(query)
                 vector = next((v for key, v in list(fake.answers.items()) if key in query), [])
                 body = fake.body or json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
                     {"metric": labels, "value": [1700000000.0, value]} for labels, value in vector]}}).encode()
@@ -54,8 +57,7 @@ class FakePrometheus(_InThread):
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.handle_error = lambda request, client_address: None  # type: ignore[method-assign]  # a client that gave up early is no error here
+        self.server = _QuietHTTPServer(("127.0.0.1", 0), Handler)
         self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
 
 
