@@ -7,14 +7,22 @@ headers must arrive within `header_timeout_s` of the connection opening (for
 the first request) or of the request's first byte (for the next ones on a
 keep-alive connection); otherwise the connection is closed. Idle time
 between requests stays uvicorn's keep-alive timeout.
+
+A request uvicorn cannot parse (a bad method or header name, two
+Content-Length headers, Content-Length beside Transfer-Encoding, a URL too
+long for the parser) gets the OpenAI error envelope like every other bad
+request, instead of uvicorn's plain-text 400.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from gateway.errors import InvalidRequest
 
 
 class HeaderDeadlineProtocol(HttpToolsProtocol):
@@ -48,6 +56,15 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
+
+    def send_400_response(self, msg: str) -> None:
+        error = InvalidRequest(f"the request is not valid HTTP/1.1: {msg.rstrip('.')}", code="invalid_http")
+        body = json.dumps(error.body()).encode()
+        head = [b"HTTP/1.1 400 Bad Request"]
+        head += [name + b": " + value for name, value in self.server_state.default_headers]
+        head += [b"content-type: application/json", b"content-length: %d" % len(body), b"connection: close"]
+        self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
+        self.transport.close()
 
     def _expire(self) -> None:
         self._header_timer = None

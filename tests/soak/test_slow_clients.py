@@ -125,6 +125,24 @@ def test_oversized_headers_get_431_and_never_reach_a_backend(gateway, fake, size
     assert len(fake.completion_requests()) == before
 
 
+@pytest.mark.parametrize("request_head", [
+    b"POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\ncontent-length: 5\r\n"
+    b"transfer-encoding: chunked\r\n\r\n",
+    b"P@ST /v1/chat/completions HTTP/1.1\r\nhost: g\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nbad header: 1\r\n\r\n",
+], ids=["two-content-lengths", "length-and-chunked", "bad-method", "bad-header-name"])
+def test_requests_the_parser_refuses_get_a_400_envelope(gateway, fake, request_head):
+    before = len(fake.completion_requests())
+    with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
+        sock.sendall(request_head + b"hello")
+        raw = read_until_closed(sock, limit_s=10)
+    assert not raw.endswith(b"<still open>"), raw[:200]
+    status, error = status_and_envelope(raw)
+    assert status == 400 and error["code"] == "invalid_http" and error["type"] == "invalid_request_error"
+    assert len(fake.completion_requests()) == before
+
+
 def test_the_gateway_keeps_serving_and_holds_no_extra_files_afterwards(gateway):
     with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
         sock.sendall(head(len(BODY), b"connection: close\r\n") + BODY)
