@@ -5,8 +5,10 @@ weight. An endpoint leaves rotation when its active health check fails or
 after `eject_after` consecutive request failures (passive ejection, with
 exponential back-off). When an ejection's back-off ends the endpoint is
 half-open: exactly one request may try it; success restores it, failure
-ejects it again for twice as long. If nothing in a pool is available the
-caller may ask for the least-bad endpoint instead of failing everything.
+ejects it again for twice as long, and a neutral release (the client left
+before the answer began: nothing was learnt) lets the next request try. If
+nothing in a pool is available the caller may ask for the least-bad
+endpoint instead of failing everything.
 """
 
 from __future__ import annotations
@@ -62,13 +64,14 @@ class Endpoint:
 
 @dataclass(eq=False)
 class Lease:
-    """One request's hold on an endpoint: release it exactly once."""
+    """One request's hold on an endpoint: release it exactly once. `ok` is what
+    the request says of the endpoint: True worked, False failed, None nothing."""
     pool: Pool
     endpoint: Endpoint
     trial: bool
     released: bool = field(default=False)
 
-    def release(self, ok: bool) -> None:
+    def release(self, ok: bool | None) -> None:
         if self.released:
             return
         self.released = True
@@ -117,15 +120,15 @@ class Pool:
         self.in_flight += 1
         return Lease(self, endpoint, trial)
 
-    def release(self, lease: Lease, ok: bool) -> None:
+    def release(self, lease: Lease, ok: bool | None) -> None:
         endpoint = lease.endpoint
         endpoint.outstanding -= 1
         self.in_flight -= 1
         if lease.trial:
             endpoint.trial_in_flight = False
-        if ok:
+        if ok is True:
             self._succeeded(endpoint)
-        else:
+        elif ok is False:
             self._failed(endpoint)
 
     def set_health(self, endpoint: Endpoint, healthy: bool) -> None:
