@@ -77,6 +77,7 @@ class PoolSpec(Strict):
     model: str | None = None  # upstream model name the client's model is rewritten to
     fallback: str | None = None
     max_in_flight: int | None = Field(None, ge=1)  # per endpoint, unless the endpoint says
+    max_model_len: int | None = Field(None, ge=1)  # context length: bounds a request's max_tokens
     dialect: Literal["vllm", "sglang"] = "vllm"
     api_key: str | None = None  # "os.environ/NAME"
     timeouts: TimeoutsSpec = TimeoutsSpec()
@@ -232,6 +233,9 @@ class Policy:
     def default_pool(self) -> str:
         return self.spec.default_pool or _first_standard(self.spec.pools)
 
+    def fallback_chain(self, pool: str) -> list[str]:
+        return fallback_chain(self.pools, pool)
+
     @cached_property
     def defaults(self) -> Defaults:
         d = self.spec.defaults
@@ -302,17 +306,19 @@ def _check(spec: PolicySpec) -> list[tuple[tuple[Any, ...], str]]:
     return problems
 
 
+def fallback_chain(pools: dict[str, PoolSpec], pool: str) -> list[str]:
+    """`pool`, then its fallback, that one's fallback, ...: each pool once, and
+    only pools that exist. The one walk of a chain: routing and the proxy use it."""
+    chain = [pool]
+    while (fallback := pools[chain[-1]].fallback) in pools and fallback not in chain:
+        chain.append(fallback)
+    return chain
+
+
 def _fallback_cycle(start: str, pools: dict[str, PoolSpec]) -> list[str]:
-    chain = [start]
-    current = pools[start].fallback
-    while current is not None and current in pools:
-        chain.append(current)
-        if current == start:
-            return chain
-        if chain.count(current) > 1:
-            return []  # a loop that does not pass through start: reported at its own pool
-        current = pools[current].fallback
-    return []
+    """The loop through `start`, e.g. [a, b, a]; [] when its chain does not come back to it."""
+    chain = fallback_chain(pools, start)
+    return [*chain, start] if pools[chain[-1]].fallback == start else []
 
 
 def _first_standard(pools: dict[str, PoolSpec]) -> str:

@@ -68,13 +68,10 @@ def _choose(features: Features, policy: Policy) -> Decision:
 
 
 def _fallback(pool: str, policy: Policy, flags: FlagSnapshot) -> str:
-    seen = {pool}
-    current = policy.pools[pool].fallback
-    while current is not None and current not in seen:
-        flag = flags.get(current)
+    chain = policy.fallback_chain(pool)
+    for candidate in chain[1:]:
+        flag = flags.get(candidate)
         if flag is None or flag.routable:
-            return current
-        seen.add(current)
-        current = policy.pools[current].fallback
-    standard = [n for n, p in policy.pools.items() if p.kind == "standard" and n not in seen]
+            return candidate
+    standard = [n for n, p in policy.pools.items() if p.kind == "standard" and n not in chain]
     return standard[0] if standard else pool
