@@ -3,7 +3,8 @@ the live load, and the parsing that turns a raw body into them.
 
 Parsing is strict about types (a wrong type is a 400 naming the field) and
 lenient about everything it does not read: unknown fields pass through to
-the backend untouched.
+the backend untouched. `check_limits` bounds the fields that multiply the
+work one request asks of a backend.
 """
 
 from __future__ import annotations
@@ -56,6 +57,21 @@ class Defaults:
     temperature: float = 1.0
     top_p: float = 1.0
     max_tokens: int = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    n: int = 16  # sequences per request: `n`, and `best_of` where a backend still takes it
+    max_tokens: int = 131072  # output tokens: `max_tokens` and `max_completion_tokens`
+
+
+def check_limits(body: Mapping[str, Any], limits: Limits) -> None:
+    """A 400 naming the first field over its limit (or of the wrong type)."""
+    for name, limit in (("n", limits.n), ("best_of", limits.n), ("max_tokens", limits.max_tokens),
+                        ("max_completion_tokens", limits.max_tokens)):
+        value = _optional(body, name, _int_at_least(1))
+        if value is not None and value > limit:
+            raise InvalidRequest(f"'{name}' is {value}, over the limit of {limit}", param=name)
 
 
 def parse_json_body(raw: bytes) -> dict[str, Any]:
