@@ -29,7 +29,8 @@ import re
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -132,6 +133,8 @@ class FakeVllm:
         self.spec_acceptance = spec_acceptance
         self.current_script = script or Script()
         self.healthy = True
+        # Answer with the request's x-request-id, as vLLM run with --enable-request-id-headers.
+        self.echo_request_id = False
         self.faults = Faults()
         self.metrics = VllmMetrics(
             CollectorRegistry(),
@@ -148,7 +151,9 @@ class FakeVllm:
             healthy=lambda: self.healthy,
         )  # fmt: skip
         self._injector = FaultInjector(app, self.faults)
-        self._server = BackgroundServer(_echo_request_id(self._injector), host=host, port=port)
+        self._server = BackgroundServer(
+            _echo_request_id(self._injector, lambda: self.echo_request_id), host=host, port=port
+        )
 
     # Lifecycle -------------------------------------------------------------
 
@@ -320,15 +325,18 @@ class FakeVllm:
         return [r for r in self.requests if r.path.startswith("/v1/") and r.method == "POST"]
 
 
-def _echo_request_id(app: ASGIApp) -> ASGIApp:
+def _echo_request_id(app: ASGIApp, as_vllm: Callable[[], bool] = lambda: False) -> ASGIApp:
     """Every answer carries the `x-request-id` its request came with as
-    `x-fake-request-id`, so a test can tell which request an answer belongs to."""
+    `x-fake-request-id`, so a test can tell which request an answer belongs to;
+    while `as_vllm()` holds, also as `x-request-id` (a fresh one if none came)."""
 
     async def echoing(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
         echo = [(b"x-fake-request-id", v) for k, v in scope["headers"] if k.lower() == b"x-request-id"][:1]
+        if as_vllm():
+            echo.append((b"x-request-id", echo[0][1] if echo else uuid.uuid4().hex.encode()))
 
         async def send_with_echo(message: Message) -> None:
             if message["type"] == "http.response.start":
