@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import structlog
@@ -19,11 +20,11 @@ from starlette.types import ASGIApp
 
 from gateway.auth import ClientKeys, Grant
 from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, PayloadTooLarge, RequestTimeout
-from gateway.features import Features, extract_features, parse_json_body
+from gateway.features import Features, Limits, check_limits, extract_features, parse_json_body
 from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
 from gateway.pools import Pool
-from gateway.proxy import Forwarder, Opened, request_headers
+from gateway.proxy import Claim, Forwarder, Opened, Outbound, request_headers
 from gateway.relay import Exchange, Outcome, RelayTimeouts
 from gateway.routing import Decision, decide
 from gateway.runtime import Runtime
@@ -106,25 +107,23 @@ class ProxyEndpoints:
         grant = self._grant(request)
         raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout_s)
         routed = self.route(parse_json_body(raw), endpoint, request.headers)
-        pool, degraded = self._pool_for(routed.decision.pool, grant)
-        body = routed.body
-        if pool.spec.model and body.get("model") != pool.spec.model:
-            body["model"] = pool.spec.model
-            raw = json.dumps(body, separators=(",", ":")).encode()
-        timeouts = pool.spec.timeouts
-        header_timeout = timeouts.first_byte_s if routed.features.stream else timeouts.total_s
-        return self._exchange(request, pool, routed.decision.rule, path, raw, header_timeout, degraded,
-                              started, traffic=self._traffic_class(routed.features))
+        decided = routed.decision.pool
+        check_limits(routed.body, Limits(n=self.settings.max_n, max_tokens=self._max_tokens(decided)))
+        chain, degraded = self._chain(decided, grant)
+        return self._exchange(request, chain, degraded, routed.decision.rule, path, raw, started,
+                              body=routed.body, stream=routed.features.stream,
+                              traffic=self._traffic_class(routed.features))
 
     async def passthrough(self, request: Request) -> ASGIApp:
         """Any other /v1/* path goes to the policy's default pool as it is."""
         started = time.perf_counter()
         grant = self._grant(request)
+        target = self._target(request)
         raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout_s)
-        pool, degraded = self._pool_for(self.runtime.policy.default_pool, grant)
-        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        return self._exchange(request, pool, "passthrough", path, raw, pool.spec.timeouts.total_s,
-                              degraded, started, method=request.method)
+        chain, degraded = self._chain(self.runtime.policy.default_pool, grant)
+        _check_sendable(target, chain)
+        return self._exchange(request, chain, degraded, "passthrough", target, raw, started,
+                              method=request.method)
 
     async def models(self, request: Request) -> Response:
         """The union of the models the pools' backends serve."""
@@ -153,22 +152,33 @@ class ProxyEndpoints:
             return None
         return self.keys.authenticate(request.headers.get("authorization"), request.headers.get("x-api-key"))
 
-    def _pool_for(self, name: str, grant: Grant | None = None) -> tuple[Pool, bool]:
-        """The pool to send to: `name`, else the first of its fallback chain with an
-        endpoint available; when none has one, the first in degraded mode. A key
-        limited to some pools only ever reaches those."""
+    def _chain(self, name: str, grant: Grant | None = None) -> tuple[list[Pool], bool]:
+        """`name` and its fallback chain, in the order they are tried. A key limited
+        to some pools only ever reaches those. Degraded (each pool's least-bad
+        endpoint will do) when no pool of the chain has an endpoint available."""
         pools = self.runtime.pools
-        chain = [name]
-        while (fallback := pools[chain[-1]].spec.fallback) is not None and fallback not in chain:
-            chain.append(fallback)
+        names = self.runtime.policy.fallback_chain(name)
         if grant is not None:
-            chain = [n for n in chain if grant.allows(n)] or [n for n in pools if grant.allows(n)]
-            if not chain:
+            names = [n for n in names if grant.allows(n)] or [n for n in pools if grant.allows(n)]
+            if not names:
                 raise Forbidden("this API key may not use any pool of the policy")
-        for candidate in chain:
-            if pools[candidate].has_available():
-                return pools[candidate], False
-        return pools[chain[0]], True
+        chain = [pools[n] for n in names]
+        return chain, not any(pool.has_available() for pool in chain)
+
+    def _max_tokens(self, pool: str) -> int:
+        """The most output tokens a request may ask of `pool`: its context length
+        when the policy gives it."""
+        return self.runtime.policy.pools[pool].max_model_len or self.settings.max_output_tokens
+
+    @staticmethod
+    def _target(request: Request) -> str:
+        """The path and query to send on, as the edge passed them (checked and
+        normalised there): no control character or raw non-ASCII byte, no over-long
+        target."""
+        scope = request.scope
+        raw = scope.get("raw_path") or quote(scope["path"]).encode()
+        query = scope.get("query_string", b"")
+        return (raw + b"?" + query if query else raw).decode("latin-1")
 
     def _upstream_headers(self, request: Request, pool: Pool, rid: str) -> list[tuple[str, str]]:
         """The client's headers minus hop-by-hop ones; the client's own key is
@@ -180,37 +190,48 @@ class ProxyEndpoints:
         drop = CLIENT_KEY_HEADERS if self.keys.enabled or key is not None else frozenset()
         return request_headers(request.headers.items(), extra, drop)
 
-    def _exchange(self, request: Request, pool: Pool, rule: str, path: str, raw: bytes,
-                  header_timeout_s: float, degraded: bool, started: float, method: str = "POST",
-                  traffic: str | None = None) -> Exchange:
+    def _exchange(self, request: Request, chain: list[Pool], degraded: bool, rule: str, path: str,
+                  raw: bytes, started: float, *, body: dict[str, Any] | None = None, stream: bool = False,
+                  method: str = "POST", traffic: str | None = None) -> Exchange:
+        """The exchange that sends the request down `chain`; every header is checked
+        (and a bad one answered 400) before anything is leased."""
         rid = request.state.request_id
-        headers = self._upstream_headers(request, pool, rid)
-        in_flight = self.metrics.in_flight.labels(pool.name)
+        headers = {pool: self._upstream_headers(request, pool, rid) for pool in chain}
 
-        def open_upstream() -> Awaitable[Opened]:
-            in_flight.inc()
-            spent = time.perf_counter() - started
-            self.metrics.overhead.observe(spent)
+        def outbound(pool: Pool) -> Outbound:
+            content = raw
+            if body is not None and pool.spec.model and body.get("model") != pool.spec.model:
+                content = json.dumps({**body, "model": pool.spec.model}, separators=(",", ":")).encode()
+            timeouts = pool.spec.timeouts
             # total_s counts from the request's arrival and covers the whole answer
-            deadline = asyncio.get_running_loop().time() + pool.spec.timeouts.total_s - spent
-            opening = self.forwarder.open(pool, path, headers, raw, method=method, deadline=deadline,
-                                          header_timeout_s=header_timeout_s, degraded=degraded)
+            deadline = asyncio.get_running_loop().time() + timeouts.total_s - (time.perf_counter() - started)
+            header_timeout = timeouts.first_byte_s if stream else timeouts.total_s
+            return Outbound(path, headers[pool], content, header_timeout, deadline, method)
+
+        def open_upstream(claim: Claim) -> Awaitable[Opened]:
+            self.metrics.overhead.observe(time.perf_counter() - started)
+            opening = self.forwarder.open_first(chain, outbound, claim, degraded)
             return opening if traffic is None else _metered(opening)
+
+        def gateway_headers(claim: Claim) -> dict[str, str]:
+            served = claim.pool or chain[0]
+            extra = {"x-specgate-pool": served.name, "x-specgate-rule": rule, "x-request-id": rid}
+            if claim.fallback is not None:
+                extra["x-specgate-reason"] = f"fallback:{claim.fallback}"
+            return extra
 
         def finish(outcome: Outcome) -> None:
             duration = time.perf_counter() - started
-            if outcome.started:
-                in_flight.dec()
+            pool = outcome.claim.pool or chain[0]
             self.metrics.requests.labels(pool.name, rule, str(outcome.status)).inc()
             self.metrics.duration.labels(pool.name).observe(duration)
-            fields = {"request_id": rid, "pool": pool.name, "rule": rule, "status": outcome.status,
-                      "duration": round(duration, 6)}
+            fields: dict[str, Any] = {"request_id": rid, "pool": pool.name, "rule": rule,
+                                      "status": outcome.status, "duration": round(duration, 6)}
+            if outcome.claim.fallback is not None:
+                fields["fallback"] = outcome.claim.fallback
             opened = outcome.opened
             if opened is not None:
-                failed = outcome.error is not None
-                # a 5xx answer is a failure of the endpoint even when it reached the client whole
-                opened.lease.release(ok=not failed and outcome.status < 500)
-                if failed:
+                if outcome.error is not None:
                     self._count_error(pool, "stream_cut")
                 self.metrics.ttfb.labels(pool.name).observe(opened.ttfb_s)
                 fields.update(endpoint=opened.lease.endpoint.url, ttfb=round(opened.ttfb_s, 6))
@@ -220,11 +241,9 @@ class ProxyEndpoints:
                 fields["error"] = outcome.error.code or outcome.error.error_type
             self.log.info("request", **fields)
 
-        timeouts = pool.spec.timeouts
-        relay_timeouts = RelayTimeouts(first_chunk_s=timeouts.first_byte_s,
+        relay_timeouts = RelayTimeouts(first_chunk_s=chain[0].spec.timeouts.first_byte_s,
                                        keepalive_s=self.settings.keepalive_s)
-        extra = {"x-specgate-pool": pool.name, "x-specgate-rule": rule, "x-request-id": rid}
-        return Exchange(open_upstream, extra, relay_timeouts, finish)
+        return Exchange(open_upstream, gateway_headers, relay_timeouts, finish, Claim(self._count_lease))
 
     def _traffic_class(self, features: Features) -> str | None:
         """The class a streamed answer's token timing is kept under; None when
@@ -241,11 +260,24 @@ class ProxyEndpoints:
         if seconds is not None and self.class_latency is not None and pool.name in self.runtime.pools:
             self.class_latency.record(traffic, pool.name, seconds)
 
+    def _count_lease(self, pool: Pool, delta: int) -> None:
+        self.metrics.in_flight.labels(pool.name).inc(delta)
+
     def _count_error(self, pool: Pool, kind: str) -> None:
         self.metrics.upstream_errors.labels(pool.name, kind).inc()
 
     def _count_retry(self, pool: Pool) -> None:
         self.metrics.retries.labels(pool.name).inc()
+
+
+def _check_sendable(path: str, chain: list[Pool]) -> None:
+    """A path httpx will not send (over its URL length limit, a character it
+    refuses) is a 400 before anything is leased. One parse, on the longest URL."""
+    longest = max((e for pool in chain for e in pool.endpoints), key=lambda e: len(e.url))
+    try:
+        longest.url_for(path)
+    except httpx.InvalidURL as exc:
+        raise InvalidRequest(f"the request path cannot be forwarded: {exc}", param="path") from None
 
 
 async def _metered(opening: Awaitable[Opened]) -> Opened:

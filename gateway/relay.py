@@ -5,8 +5,9 @@ client goes away while the backend is still thinking (before headers) or
 while the answer is relayed, the upstream request is cancelled at once.
 Server-sent events are relayed chunk by chunk as they arrive; while the first
 chunk is awaited an SSE comment goes out every `keepalive_s` so idle-timeout
-proxies keep the connection. An answer that breaks after its first byte ends
-with an error event, the way vLLM reports errors mid-stream.
+proxies keep the connection. An answer that breaks after its first byte ends with an
+error event, the way vLLM reports errors mid-stream. The exchange's `Claim`
+is given back at its end, whatever happened.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 from starlette.types import Receive, Scope, Send
 
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout, UpstreamUnreachable
-from gateway.proxy import Opened, response_headers
+from gateway.proxy import Claim, Opened, response_headers
 from gateway.traffic import DONE
 
 CLIENT_CLOSED = 499  # nginx's code for "the client went away first"
@@ -38,35 +39,54 @@ class RelayTimeouts:
 @dataclass
 class Outcome:
     status: int  # what the books say: the upstream status, 499, or the error's status
+    claim: Claim = field(default_factory=Claim)
     ok: bool = False  # the upstream answer reached the client whole
     delivered: bool = False  # the stream's [DONE] event went out: the client may leave now
-    started: bool = False  # the exchange began (counted in flight)
     opened: Opened | None = None
     error: GatewayError | None = None
 
+    def verdict(self) -> bool | None:
+        """What the exchange says of its endpoint: None when the answer never
+        began (the client left first, or the request never went out whole)."""
+        if self.opened is None:
+            return None
+        # a 5xx answer is a failure of the endpoint even when it reached the client whole
+        return self.error is None and self.status < 500
 
-class ClientWatch:
+
+class _Cut:
+    """Cancels the task it was made in, and knows whether it did."""
+
+    def __init__(self) -> None:
+        self.fired = False
+        self._task = asyncio.current_task()
+
+    def _fire(self) -> None:
+        if self._task is not None:
+            self.fired = True
+            self._task.cancel()
+
+    def absorb(self) -> bool:
+        """In an `except CancelledError`: True if the cancellation was this one's."""
+        if self.fired and self._task is not None:
+            self._task.uncancel()
+            return True
+        return False
+
+
+class ClientWatch(_Cut):
     """Cancels the current task when the client disconnects; one watcher task."""
 
     def __init__(self, receive: Receive) -> None:
-        self.gone = False
+        super().__init__()
         self._closed = False
-        self._task = asyncio.current_task()
         self._watcher = asyncio.ensure_future(self._watch(receive))
 
     async def _watch(self, receive: Receive) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
-        if not self._closed and self._task is not None:
-            self.gone = True
-            self._task.cancel()
-
-    def absorb(self) -> bool:
-        """In an `except CancelledError`: True if the cancellation was the client leaving."""
-        if self.gone and self._task is not None:
-            self._task.uncancel()
-            return True
-        return False
+        if not self._closed:
+            self._fire()
 
     def close(self) -> None:
         self._closed = True
@@ -74,18 +94,26 @@ class ClientWatch:
 
 
 class Exchange:
-    def __init__(self, open_upstream: Callable[[], Awaitable[Opened]], headers: dict[str, str],
-                 timeouts: RelayTimeouts, finish: Callable[[Outcome], None]) -> None:
+    """`open_upstream(claim)` opens the backend's answer, leasing through `claim`;
+    `headers(claim)` are the gateway's own response headers (they name the pool
+    the claim ended on); `finish(outcome)` records the exchange once."""
+
+    def __init__(self, open_upstream: Callable[[Claim], Awaitable[Opened]],
+                 headers: Callable[[Claim], dict[str, str]], timeouts: RelayTimeouts,
+                 finish: Callable[[Outcome], None], claim: Claim | None = None) -> None:
         self.open_upstream = open_upstream
         self.headers = headers
         self.timeouts = timeouts
         self.finish = finish
+        self.claim = claim or Claim()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         watch = ClientWatch(receive)
-        outcome = Outcome(CLIENT_CLOSED)
+        outcome = Outcome(CLIENT_CLOSED, self.claim)
+        ok: bool | None = None  # whatever raises through here says nothing of the endpoint
         try:
             await self._exchange(send, outcome)
+            ok = outcome.verdict()
         except asyncio.CancelledError:
             if not watch.absorb():
                 raise
@@ -93,19 +121,20 @@ class Exchange:
             outcome.ok = outcome.delivered
             if not outcome.delivered:
                 outcome.status = CLIENT_CLOSED
+            ok = outcome.verdict()
         finally:
             watch.close()
-            if outcome.opened is not None:
-                await outcome.opened.response.aclose()
-            self.finish(outcome)
+            try:
+                await self.claim.give_back(ok)
+            finally:
+                self.finish(outcome)
 
     async def _exchange(self, send: Send, outcome: Outcome) -> None:
-        outcome.started = True
         try:
-            opened = await self.open_upstream()
+            opened = await self.open_upstream(self.claim)
         except GatewayError as exc:
             outcome.status, outcome.error = exc.status_code, exc
-            await _send_envelope(send, exc, self.headers)
+            await _send_envelope(send, exc, self.headers(self.claim))
             return
         outcome.status, outcome.opened = opened.response.status_code, opened
         if opened.response.headers.get("content-type", "").startswith(SSE):
@@ -120,9 +149,9 @@ class Exchange:
         except httpx.HTTPError as exc:
             error = _upstream_error(exc)
             outcome.status, outcome.error = error.status_code, error
-            await _send_envelope(send, error, self.headers)
+            await _send_envelope(send, error, self.headers(self.claim))
             return
-        headers = response_headers(response.headers, self.headers)
+        headers = response_headers(response.headers, self.headers(self.claim))
         headers.append((b"content-length", str(len(content)).encode()))
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
         await send({"type": "http.response.body", "body": content, "more_body": False})
@@ -131,7 +160,7 @@ class Exchange:
     async def _relay_stream(self, send: Send, opened: Opened, outcome: Outcome) -> None:
         response = opened.response
         await send({"type": "http.response.start", "status": response.status_code,
-                    "headers": response_headers(response.headers, self.headers)})
+                    "headers": response_headers(response.headers, self.headers(self.claim))})
         chunks = response.aiter_raw()
         events = _EventSplitter()
         try:  # the transport holds every read to the request's deadline
@@ -162,6 +191,9 @@ class Exchange:
         try:
             async with asyncio.timeout(self.timeouts.first_chunk_s):
                 return await anext(chunks, b"")
+        except asyncio.CancelledError:
+            keepalive.drop()  # the relay ends here (the client left or stopped reading)
+            raise
         finally:
             await keepalive.stop()
 
@@ -187,7 +219,18 @@ class _Keepalive:
     async def stop(self) -> None:
         self.timer.cancel()
         if self.sending is not None and not self.sending.done():
-            await asyncio.shield(self.sending)  # the relay's next send must not overlap it
+            try:
+                await asyncio.shield(self.sending)  # the relay's next send must not overlap it
+            except asyncio.CancelledError:
+                self.drop()
+                raise
+
+    def drop(self) -> None:
+        """Stop at once, and drop a comment not written yet: the relay is ending."""
+        self.timer.cancel()
+        if self.sending is not None:
+            self.sending.cancel()
+            self.sending = None
 
 
 class _EventSplitter:

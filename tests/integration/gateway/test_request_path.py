@@ -1,0 +1,178 @@
+"""One client cannot hurt another: what a request holds (a lease, the in-flight
+gauge, an upstream connection) always comes back, bad input is refused before
+anything is held, and a pool that cannot take a request hands it on before
+its first byte. Real gateway, fake vLLM backends, all on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from tests.integration.guard.conftest import wait_until
+
+from .conftest import Gateway, policy_dict
+from .raw_http import exchange
+
+MESSAGES = [{"role": "user", "content": "Tell me about rivers."}]
+GREEDY = {"model": "m", "messages": MESSAGES, "temperature": 0, "max_tokens": 128}
+
+
+def accounting(gateway: Gateway) -> dict[str, tuple[int, list[int], float | None]]:
+    """Per pool: its in-flight count, each endpoint's outstanding count, and the gauge."""
+    registry = gateway.app.state.metrics.registry
+    return {name: (pool.in_flight, [e.outstanding for e in pool.endpoints],
+                   registry.get_sample_value("specgate_in_flight", {"pool": name}))
+            for name, pool in gateway.app.state.runtime.pools.items()}
+
+
+def idle(gateway: Gateway) -> bool:
+    return all(in_flight == 0 and not any(outstanding) and gauge in (None, 0.0)
+               for in_flight, outstanding, gauge in accounting(gateway).values())
+
+
+def assert_idle(gateway: Gateway) -> None:
+    """Every pool, endpoint and gauge back at 0 (the pool's own books, not only the gauge)."""
+    wait_until(lambda: idle(gateway), f"nothing in flight (now {accounting(gateway)})", timeout=15)
+    assert all(load == 0 for load in gateway.app.state.runtime.load().values())
+
+
+def post(gateway: Gateway, body: dict, **kwargs) -> httpx.Response:
+    return httpx.post(gateway.base_url + "/chat/completions", json=body, **kwargs)
+
+
+def test_a_header_byte_that_cannot_be_forwarded_is_a_400_and_holds_nothing(gateway, spec_fake):
+    for _ in range(12):  # more than the default policy's `busy` threshold of 8
+        response = post(gateway, GREEDY, headers={"x-trace": b"caf\xe9"})
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["param"] == "x-trace"
+        assert response.headers["x-request-id"]
+    assert_idle(gateway)
+    assert spec_fake.completion_requests() == []
+    after = post(gateway, GREEDY)
+    assert (after.status_code, after.headers["x-specgate-pool"]) == (200, "speculative")
+    assert_idle(gateway)
+
+
+@pytest.mark.parametrize("path", [b"/v1/embeddings%01x", b"/v1/" + b"a" * 65_526])  # 65,530: httpx's URL limit
+def test_a_path_the_transport_cannot_send_is_a_400_and_holds_nothing(gateway, std_fake, path):
+    body = b'{"model": "m", "input": "x"}'
+    answer = exchange(gateway.url, b"POST %s HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n"
+                      b"content-length: %d\r\n\r\n%s" % (path, len(body), body), "POST")
+    assert answer is not None and answer.status == 400, answer
+    assert set(answer.json()["error"]) == {"message", "type", "param", "code"}
+    assert std_fake.completion_requests() == []
+    assert_idle(gateway)
+
+
+def test_headers_named_by_connection_and_expect_stay_with_the_gateway(gateway, spec_fake):
+    headers = {"connection": "keep-alive, x-private", "x-private": "for this hop only", "x-custom": "kept",
+               "expect": "100-continue"}
+    response = post(gateway, GREEDY, headers=headers)
+    assert response.status_code == 200
+    seen = spec_fake.completion_requests()[-1].headers
+    assert seen["x-custom"] == "kept"
+    assert "x-private" not in seen
+    assert "expect" not in seen
+    assert_idle(gateway)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_gateway_request_id_replaces_the_backend_echo(gateway, spec_fake, stream):
+    spec_fake.echo_request_id = True  # as vLLM with --enable-request-id-headers
+    with httpx.stream("POST", gateway.base_url + "/chat/completions", headers={"x-request-id": "abc-123"},
+                      json={**GREEDY, "stream": stream}) as response:
+        response.read()
+    assert response.status_code == 200
+    assert spec_fake.completion_requests()[-1].headers["x-request-id"] == "abc-123"  # it did echo
+    assert response.headers.get_list("x-request-id") == ["abc-123"]
+    assert response.headers.get_list("x-specgate-pool") == ["speculative"]
+
+
+def test_clients_that_leave_before_the_headers_do_not_eject_a_healthy_endpoint(gateway, spec_fake):
+    spec_fake.script(text="a b c d e f g h", chunks=8, delay=0.3)  # no headers before the whole answer
+    for left in range(1, 4):  # the test policy ejects after 2 failures
+        with pytest.raises(httpx.ReadTimeout):
+            post(gateway, GREEDY, timeout=httpx.Timeout(5, read=0.2))
+        wait_until(lambda: len(spec_fake.disconnects) == left, "the backend saw the request cancelled")
+        assert_idle(gateway)
+    endpoint = gateway.app.state.runtime.pools["speculative"].endpoints[0]
+    assert (endpoint.failures, endpoint.ejected()) == (0, False)
+    spec_fake.script(delay=0.0)
+    assert post(gateway, GREEDY).headers["x-specgate-pool"] == "speculative"
+
+
+def slow_health(policy: dict) -> dict:
+    """Health checks that will not notice a dead backend during the test."""
+    for pool in policy["pools"].values():
+        pool["health"] = {**pool["health"], "interval_s": 300}
+    return policy
+
+
+def test_a_killed_backend_falls_back_before_the_first_byte(start_gateway, spec_fake, std_fake):
+    gw = start_gateway(slow_health(policy_dict([spec_fake.url], [std_fake.url])))
+    assert post(gw, GREEDY).headers["x-specgate-pool"] == "speculative"
+    spec_fake.stop()  # killed; the health checks have not seen it yet
+    for stream in (False, True):
+        with httpx.stream("POST", gw.base_url + "/chat/completions", json={**GREEDY, "stream": stream}) as answer:
+            body = answer.read().decode()
+        assert answer.status_code == 200, body
+        assert answer.headers["x-specgate-pool"] == "standard"
+        assert answer.headers["x-specgate-rule"] == "default"
+        assert answer.headers["x-specgate-reason"] == "fallback:unreachable"
+        assert std_fake.completion_requests()[-1].body["model"] == "upstream-std"
+    assert_idle(gw)
+    metrics = httpx.get(gw.url + "/metrics").text
+    assert 'specgate_requests_total{code="200",pool="standard",rule="default"} 2.0' in metrics
+
+
+def test_a_pool_answering_503_after_its_retries_falls_back(gateway, spec_fake, std_fake):
+    spec_fake.fail_next(1, status=503)
+    response = post(gateway, GREEDY)
+    assert response.status_code == 200
+    assert (response.headers["x-specgate-pool"], response.headers["x-specgate-reason"]) == \
+        ("standard", "fallback:status_503")
+    assert len(spec_fake.completion_requests()) == 1
+    assert_idle(gateway)
+
+
+def test_a_full_pool_falls_back_and_a_key_never_leaves_its_pools(start_gateway, spec_fake, std_fake):
+    gw = start_gateway(policy_dict([spec_fake.url], [std_fake.url], max_in_flight=1),
+                       api_keys="any-pool,spec-only:speculative")
+    hold = spec_fake.hold()
+    try:
+        with httpx.stream("POST", gw.base_url + "/chat/completions", headers={"authorization": "Bearer any-pool"},
+                          json={**GREEDY, "stream": True}) as first:
+            assert first.headers["x-specgate-pool"] == "speculative"
+            assert spec_fake.holding.wait(5)
+            full = post(gw, GREEDY, headers={"authorization": "Bearer any-pool"})
+            assert (full.status_code, full.headers["x-specgate-pool"]) == (200, "standard")
+            assert full.headers["x-specgate-reason"] == "fallback:no_capacity"
+            limited = post(gw, GREEDY, headers={"authorization": "Bearer spec-only"})
+            assert limited.status_code == 503
+            assert limited.headers["x-specgate-pool"] == "speculative"
+            hold.set()
+    finally:
+        spec_fake.release()
+    assert_idle(gw)
+
+
+@pytest.mark.parametrize("field,value", [("n", 100_000), ("best_of", 17), ("max_tokens", 10**9),
+                                         ("max_completion_tokens", 131_073)])
+def test_fields_over_their_limits_are_a_400_naming_the_field(gateway, spec_fake, field, value):
+    response = post(gateway, {**GREEDY, field: value})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == field
+    assert spec_fake.completion_requests() == []
+
+
+def test_max_tokens_is_bounded_by_the_pool_context_length(start_gateway, spec_fake, std_fake):
+    policy = policy_dict([spec_fake.url], [std_fake.url])
+    policy["pools"]["speculative"]["max_model_len"] = 2048
+    gw = start_gateway(policy)
+    over = post(gw, {**GREEDY, "max_tokens": 4096})
+    assert (over.status_code, over.json()["error"]["param"]) == (400, "max_tokens")
+    assert spec_fake.completion_requests() == []
+    within = post(gw, {**GREEDY, "max_tokens": 2048, "n": 1})
+    assert (within.status_code, within.headers["x-specgate-pool"]) == (200, "speculative")
