@@ -239,10 +239,14 @@ class ProxyEndpoints:
                     self._record_tpot(traffic, pool, opened.response.stream)
             if outcome.error is not None:
                 fields["error"] = outcome.error.code or outcome.error.error_type
+            elif outcome.stalled:
+                fields["error"] = "client_stalled"
             self.log.info("request", **fields)
 
+        # a client that stops reading is cut within the shortest total_s of the chain at most
+        write_s = min(self.settings.write_timeout_s, *(pool.spec.timeouts.total_s for pool in chain))
         relay_timeouts = RelayTimeouts(first_chunk_s=chain[0].spec.timeouts.first_byte_s,
-                                       keepalive_s=self.settings.keepalive_s)
+                                       keepalive_s=self.settings.keepalive_s, write_s=write_s)
         return Exchange(open_upstream, gateway_headers, relay_timeouts, finish, Claim(self._count_lease))
 
     def _traffic_class(self, features: Features) -> str | None:

@@ -2,10 +2,12 @@
 
 `Exchange` watches the client for the whole exchange with one task: if the
 client goes away while the backend is still thinking (before headers) or
-while the answer is relayed, the upstream request is cancelled at once.
-Server-sent events are relayed chunk by chunk as they arrive; while the first
-chunk is awaited an SSE comment goes out every `keepalive_s` so idle-timeout
-proxies keep the connection. An answer that breaks after its first byte ends with an
+while the answer is relayed, the upstream request is cancelled at once. A
+client that stops reading is cut the same way once one write to it has
+waited `write_s` (one timer per exchange, not one per write). Server-sent
+events are relayed chunk by chunk as they arrive; while the first chunk is
+awaited an SSE comment goes out every `keepalive_s` so idle-timeout proxies
+keep the connection. An answer that breaks after its first byte ends with an
 error event, the way vLLM reports errors mid-stream. The exchange's `Claim`
 is given back at its end, whatever happened.
 """
@@ -18,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import httpx
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from gateway.proxy import Claim, Opened, response_headers
@@ -34,6 +36,7 @@ SSE = "text/event-stream"
 class RelayTimeouts:
     first_chunk_s: float  # streams: first body chunk after the headers
     keepalive_s: float
+    write_s: float  # one write to the client; longer and the client is cut
 
 
 @dataclass
@@ -42,6 +45,7 @@ class Outcome:
     claim: Claim = field(default_factory=Claim)
     ok: bool = False  # the upstream answer reached the client whole
     delivered: bool = False  # the stream's [DONE] event went out: the client may leave now
+    stalled: bool = False  # the client stopped reading and was cut
     opened: Opened | None = None
     error: GatewayError | None = None
 
@@ -93,6 +97,39 @@ class ClientWatch(_Cut):
         self._watcher.cancel()
 
 
+class WriteWatch(_Cut):
+    """Cancels the current task when one write to the client has waited
+    `timeout_s`: the client stopped reading, and must not hold the backend.
+    A write only notes when it began; one timer checks now and then."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__()
+        self.timeout_s = timeout_s
+        self._since: float | None = None  # when the write under way began
+        self._loop = asyncio.get_running_loop()
+        self._timer = self._loop.call_later(timeout_s, self._check)
+
+    def bound(self, send: Send) -> Send:
+        async def bounded_send(message: Message) -> None:
+            self._since = self._loop.time()
+            try:
+                await send(message)
+            finally:
+                self._since = None
+        return bounded_send
+
+    def _check(self) -> None:
+        since, now = self._since, self._loop.time()
+        if since is not None and now - since >= self.timeout_s:
+            self._fire()
+            return
+        due = self.timeout_s if since is None else since + self.timeout_s - now
+        self._timer = self._loop.call_later(due, self._check)
+
+    def close(self) -> None:
+        self._timer.cancel()
+
+
 class Exchange:
     """`open_upstream(claim)` opens the backend's answer, leasing through `claim`;
     `headers(claim)` are the gateway's own response headers (they name the pool
@@ -109,21 +146,24 @@ class Exchange:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         watch = ClientWatch(receive)
+        writes = WriteWatch(self.timeouts.write_s)
         outcome = Outcome(CLIENT_CLOSED, self.claim)
         ok: bool | None = None  # whatever raises through here says nothing of the endpoint
         try:
-            await self._exchange(send, outcome)
+            await self._exchange(writes.bound(send), outcome)
             ok = outcome.verdict()
         except asyncio.CancelledError:
-            if not watch.absorb():
+            stalled = writes.absorb()
+            if not (watch.absorb() or stalled):
                 raise
             # a client that closes once it has read [DONE] had the whole answer
-            outcome.ok = outcome.delivered
+            outcome.ok, outcome.stalled = outcome.delivered, stalled
             if not outcome.delivered:
                 outcome.status = CLIENT_CLOSED
             ok = outcome.verdict()
         finally:
             watch.close()
+            writes.close()
             try:
                 await self.claim.give_back(ok)
             finally:

@@ -28,6 +28,7 @@ class Settings(BaseSettings):
     max_header_bytes: int = 32 * 1024  # request line aside; uvicorn's httptools has no limit
     header_timeout_s: float = 10.0  # a request's line and headers must arrive within this
     keepalive_s: float = 10.0
+    write_timeout_s: float = 30.0  # one write to a client that stopped reading; at most the pool's total_s
     max_n: int = 16  # `n` and `best_of`
     max_output_tokens: int = 131072  # `max_tokens`, for a pool whose policy gives no max_model_len
     policy_watch_interval_s: float = 1.0

@@ -6,6 +6,8 @@ its first byte. Real gateway, fake vLLM backends, all on 127.0.0.1."""
 from __future__ import annotations
 
 import json
+import socket
+from pathlib import Path
 
 import httpx
 import pytest
@@ -156,6 +158,44 @@ def test_a_full_pool_falls_back_and_a_key_never_leaves_its_pools(start_gateway, 
     finally:
         spec_fake.release()
     assert_idle(gw)
+
+
+def stream_request(host: str, port: int) -> bytes:
+    body = json.dumps({**GREEDY, "stream": True, "max_tokens": 100_000}).encode()
+    return (f"POST /v1/chat/completions HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n").encode() + body
+
+
+def kernel_buffer_bytes() -> int:
+    """The most the kernel can hold between a backend and a client that does not
+    read: the backend's send buffer, the gateway's receive and send buffers."""
+    try:
+        rmem = int(Path("/proc/sys/net/ipv4/tcp_rmem").read_text().split()[2])
+        wmem = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    except (OSError, ValueError, IndexError):
+        rmem, wmem = 32 << 20, 4 << 20
+    return rmem + 2 * wmem
+
+
+def test_a_client_that_stops_reading_is_cut_and_holds_nothing(start_gateway, spec_fake, std_fake):
+    gw = start_gateway(policy_dict([spec_fake.url], [std_fake.url]), write_timeout_s=1.0)
+    piece = "x" * 16_383 + " "
+    # an answer the sockets cannot hold: the backend is still sending when the client is cut
+    pieces = (kernel_buffer_bytes() + (8 << 20)) // len(piece)
+    spec_fake.script(text=piece * pieces, chunks=pieces, delay=0.001)  # a pause: where a cancel lands
+    host, port = gw.server.host, gw.server.port
+    reader = socket.socket()
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+    try:
+        reader.connect((host, port))
+        reader.sendall(stream_request(host, port))  # and never read
+        wait_until(lambda: spec_fake.disconnects, "the backend saw its request cancelled", timeout=60)
+        assert spec_fake.disconnects[-1].chunks_sent < pieces
+        assert_idle(gw)
+    finally:
+        reader.close()
+    metrics = httpx.get(gw.url + "/metrics").text
+    assert 'specgate_requests_total{code="499",pool="speculative",rule="default"} 1.0' in metrics
 
 
 @pytest.mark.parametrize("field,value", [("n", 100_000), ("best_of", 17), ("max_tokens", 10**9),
