@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from string import Template
 from typing import Any
@@ -51,26 +52,31 @@ def _promql_string(text: str) -> str:
 
 
 class PrometheusSource:
-    def __init__(self, url: str, client: httpx.AsyncClient | None = None, timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str, client: httpx.AsyncClient | None = None, timeout_s: float = 5.0,
+                 clock: Callable[[], float] = time.time) -> None:
         self.url = url.rstrip("/")
         self.client = client or httpx.AsyncClient(trust_env=False)
         self.timeout_s = timeout_s
+        self.clock = clock  # Unix time: the instant every query of one read is evaluated at
 
     async def aclose(self) -> None:
         await self.client.aclose()
 
     async def read(self, targets: Sequence[Target], spec: GuardSpec) -> dict[str, PoolSignals]:
         """All pools' signals within `timeout_s` in all (a server that trickles its
-        answers runs out of time like one that sends nothing)."""
+        answers runs out of time like one that sends nothing). Every query is
+        evaluated at one instant, so the ratios of two series' increases (accepted
+        over drafted tokens) compare the same window, not windows a scrape apart."""
+        at = self.clock()
         try:
             async with asyncio.timeout(self.timeout_s):
-                results = await asyncio.gather(*(self._read_pool(t, spec) for t in targets))
+                results = await asyncio.gather(*(self._read_pool(t, spec, at) for t in targets))
         except TimeoutError:
             raise SignalError(f"prometheus at {self.url} gave no complete answer within "
                               f"{self.timeout_s:g} s") from None
         return {t.pool: signals for t, signals in zip(targets, results, strict=True)}
 
-    async def _read_pool(self, target: Target, spec: GuardSpec) -> PoolSignals:
+    async def _read_pool(self, target: Target, spec: GuardSpec, at: float) -> PoolSignals:
         dialect = DIALECTS[target.dialect]
         match = selector(target, spec)
         window = spec.window
@@ -88,7 +94,7 @@ class PrometheusSource:
         for metric, name in dialect.histograms.items():
             jobs.append(("buckets", metric,
                          f"sum by (instance, le) (increase({series(name + '_bucket', match)}[{window}]))"))
-        answers = await asyncio.gather(*(self.query(promql) for _, _, promql in jobs))
+        answers = await asyncio.gather(*(self.query(promql, at) for _, _, promql in jobs))
         tallies: dict[str, Tally] = {}
         for (kind, role, _), vector in zip(jobs, answers, strict=True):
             for labels, value in vector:
@@ -101,29 +107,30 @@ class PrometheusSource:
                     getattr(tally, kind)[role] = value
         endpoints = {name: compute(tally, dialect) for name, tally in sorted(tallies.items())}
         signals = compute(merge(tallies.values()), dialect, endpoints)
-        return await self._overridden(signals, target, spec, match)
+        return await self._overridden(signals, target, spec, match, at)
 
     async def _overridden(self, signals: PoolSignals, target: Target, spec: GuardSpec,
-                          match: str) -> PoolSignals:
+                          match: str, at: float) -> PoolSignals:
         if not spec.queries:
             return signals
         names = list(spec.queries)
         texts = [Template(spec.queries[n]).safe_substitute(selector=match, window=spec.window, pool=target.pool)
                  for n in names]
-        answers = await asyncio.gather(*(self.query(text) for text in texts))
+        answers = await asyncio.gather(*(self.query(text, at) for text in texts))
         changes: dict[str, Any] = {}
         for name, vector in zip(names, answers, strict=True):
             values = [value for _, value in vector]
             changes[QUERY_SIGNALS[name]] = sum(values) if values else (0.0 if name == "draft_tokens" else None)
         return settle(replace(signals, **changes))
 
-    async def query(self, promql: str) -> list[tuple[Mapping[str, str], float]]:
-        """An instant query: (labels, value) per series; a scalar answers one unlabelled row.
-        Samples that are not finite numbers (NaN, +Inf, -Inf: a 0/0 or x/0 in PromQL)
-        are dropped, as if the series had no sample."""
+    async def query(self, promql: str, at: float | None = None) -> list[tuple[Mapping[str, str], float]]:
+        """An instant query (at Unix time `at`, else the server's now): (labels, value)
+        per series; a scalar answers one unlabelled row. Samples that are not finite
+        numbers (NaN, +Inf, -Inf: a 0/0 or x/0 in PromQL) are dropped, as if the
+        series had no sample."""
+        params = {"query": promql} if at is None else {"query": promql, "time": f"{at:.3f}"}
         try:
-            response = await self.client.get(f"{self.url}/api/v1/query", params={"query": promql},
-                                             timeout=self.timeout_s)
+            response = await self.client.get(f"{self.url}/api/v1/query", params=params, timeout=self.timeout_s)
             body = response.json()
         except (httpx.HTTPError, ValueError) as exc:
             raise SignalError(f"prometheus at {self.url} unreachable: {type(exc).__name__}") from None

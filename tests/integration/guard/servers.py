@@ -40,11 +40,14 @@ class FakePrometheus(_InThread):
     def __init__(self) -> None:
         self.answers: dict[str, Vector] = {}
         self.body: bytes | None = None
+        self.times: list[str | None] = []  # each query's evaluation time, as sent
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-                query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("query", [""])[0]
+                params = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+                query = params.get("query", [""])[0]
+                fake.times.append(params.get("time", [None])[0])
                 vector = next((v for key, v in list(fake.answers.items()) if key in query), [])
                 body = fake.body or json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
                     {"metric": labels, "value": [1700000000.0, value]} for labels, value in vector]}}).encode()

@@ -130,6 +130,30 @@ def test_custom_queries_that_answer_inf_or_out_of_range(fakes):
     assert (second.acceptance_rate, second.running) == (None, 3)
 
 
+def test_every_query_of_one_read_is_evaluated_at_one_instant(fakes):
+    """Accepted over drafted tokens compares two increases: taken at two instants a
+    scrape apart, their windows differ and the ratio drifts (1.02 at one position)."""
+    spec_fake, std_fake = fakes
+    targets = [Target("speculative", "vllm", (spec_fake.url,)), Target("standard", "vllm", (std_fake.url,))]
+    instants = iter([1700000000.0, 1700000015.5])
+
+    async def two_reads(url: str) -> int:
+        source = PrometheusSource(url, clock=lambda: next(instants))
+        try:
+            await source.read(targets, GuardSpec(source="prometheus", queries={"running": "custom($selector)"}))
+            first = len(prometheus.times)
+            await source.read(targets, GuardSpec(source="prometheus"))
+            return first
+        finally:
+            await source.aclose()
+
+    with FakePrometheus() as prometheus:
+        first = asyncio.run(two_reads(prometheus.url))
+    assert 0 < first < len(prometheus.times)
+    assert set(prometheus.times[:first]) == {"1700000000.000"}
+    assert set(prometheus.times[first:]) == {"1700000015.500"}
+
+
 @pytest.mark.parametrize("body", [
     b'[1, 2]',
     b'{"status": "success"}',
