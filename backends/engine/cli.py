@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+DRAIN_S = 10  # on SIGTERM, requests in flight get this long; then the server exits (within up's and compose's grace)
+
 
 def positive_int(text: str) -> int:
     value = int(text) if text.isdigit() else 0
@@ -50,5 +52,6 @@ def run(args: argparse.Namespace) -> int:
     generator = EngineGenerator(loaded.model, loaded.tokenizer, metrics, factory, args.max_model_len,
                                 args.max_num_seqs)
     app = create_openai_app(generator, metrics, name, max_model_len=args.max_model_len)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
+                timeout_graceful_shutdown=DRAIN_S)
     return 0
