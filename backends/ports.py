@@ -24,10 +24,7 @@ class PortHeld(RuntimeError):
     def __init__(self, port: int, holders: list[tuple[int, str]]) -> None:
         self.port = port
         self.holders = holders
-        if holders:
-            who = "; ".join(f"PID {pid}: {command}" for pid, command in holders)
-        else:
-            who = "another process (not visible to this user)"
+        who = "; ".join(f"PID {pid}: {command}" for pid, command in holders) or "another process"
         super().__init__(f"port {port} is already in use by {who}")
 
 
