@@ -117,6 +117,7 @@ def test_a_second_up_after_a_crash_starts_or_names_the_blocker(started, tmp_path
     first.signal_group(signal.SIGKILL)
     second = start_up(started, tmp_path / "second", backend_ports=first.backend_ports, port=first.port)
     code = second.ready_or_exited(60)
+    print("the second up", "started" if code is None else f"exited with {code}: {second.stderr.read_text()}")
     if code is not None:  # a leftover of the first was still there: named, not a traceback
         errors = second.stderr.read_text()
         assert code != 0

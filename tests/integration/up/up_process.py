@@ -61,17 +61,17 @@ class UpProcess:
         return f"stdout:\n{self.stdout.read_text()}\nstderr:\n{self.stderr.read_text()}"
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Until the gateway answers /readyz; fails with the output if `up` exits first."""
+        """Until `up` says its stack is up (a gateway left over from an earlier
+        run may answer /readyz sooner); fails with the output if `up` exits first."""
         assert self.process is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise AssertionError(f"specgate up exited with {self.process.returncode}\n{self.output()}")
-            try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
+            if "specgate is up" in self.stdout.read_text():
+                response = httpx.get(self.url + "/readyz", timeout=5)
+                assert response.status_code == 200, response.text
+                return
             time.sleep(0.2)
         raise AssertionError(f"the gateway was not ready after {timeout_s:.0f} s\n{self.output()}")
 
@@ -100,8 +100,10 @@ class UpProcess:
             pass
 
     def kill(self) -> None:
-        """SIGKILL to `up`'s group and to every process ever found below it."""
+        """SIGKILL to `up`'s group; then to whatever found below it outlives it by 10 s.
+
+        Not at once: a launcher killed before it takes its group down would orphan it."""
         if self.process is not None:
             self.signal_group(signal.SIGKILL)
             self.process.wait()
-        processes.kill(self.seen)
+        processes.kill(processes.wait_gone(self.seen, 10))
