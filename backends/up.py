@@ -53,7 +53,7 @@ class Service:
     env: dict[str, str] = field(default_factory=dict)
     grace_s: float = BACKEND_GRACE_S
     process: subprocess.Popen[bytes] | None = None
-    lifeline: int | None = field(default=None, repr=False)  # write end of the pipe the launcher watches
+    lifeline_fd: int | None = field(default=None, repr=False)  # write end of the pipe the launcher watches
 
     @property
     def port(self) -> int | None:
@@ -73,7 +73,7 @@ class Service:
             raise
         finally:
             os.close(read_end)
-        self.lifeline = write_end
+        self.lifeline_fd = write_end
 
     def exit_code(self) -> int | None:
         return None if self.process is None else self.process.poll()
@@ -93,9 +93,9 @@ class Service:
                 os.killpg(self.process.pid, signum)
 
     def release(self) -> None:
-        if self.lifeline is not None:
-            os.close(self.lifeline)
-            self.lifeline = None
+        if self.lifeline_fd is not None:
+            os.close(self.lifeline_fd)
+            self.lifeline_fd = None
 
     def stop(self) -> None:
         stop_all([self], progress=lambda line: None)
@@ -108,7 +108,7 @@ def stop_all(services: Sequence[Service], progress: Callable[[str], None] = prin
     longest grace plus KILL_WAIT_S; a second interrupt kills what is left at once.
     Once a launcher has exited, SIGKILL sweeps whatever its command left in the group.
     """
-    pending = [s for s in services if s.process is not None and s.lifeline is not None]
+    pending = [s for s in services if s.process is not None and s.lifeline_fd is not None]
     if not pending:
         return
     bound = max(s.grace_s for s in pending) + KILL_WAIT_S
