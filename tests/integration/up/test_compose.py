@@ -1,12 +1,15 @@
-"""The compose `cpu` profile stops its engines the way `specgate up` does: an
-init as PID 1 forwards SIGTERM and reaps, and the stop grace outlasts the
-engine's own drain. Checked on what docker-compose itself resolves."""
+"""Compose stops its services the way `specgate up` does: an init as PID 1
+forwards SIGTERM and reaps, and the stop grace outlasts the service's own
+drain. Checked on what docker-compose itself resolves, for both profiles."""
 
 from __future__ import annotations
 
 import re
 
+import pytest
+
 from backends.engine.cli import DRAIN_S
+from gateway.settings import Settings
 from tests.unit.deploy.test_compose import resolved
 
 
@@ -17,10 +20,17 @@ def seconds(duration: str) -> float:
     return sum(float(value) * units[unit] for value, unit in parts)
 
 
-def test_cpu_engines_run_under_an_init_with_a_grace_beyond_their_drain():
-    services = resolved("--profile", "cpu")["services"]
-    for name in ("engine-speculative", "engine-standard"):
+GATEWAY_DRAIN_S = Settings.model_fields["drain_timeout_s"].default
+
+
+@pytest.mark.parametrize("profile, drains", [
+    ("cpu", {"engine-speculative": DRAIN_S, "engine-standard": DRAIN_S, "gateway-cpu": GATEWAY_DRAIN_S}),
+    ("gpu", {"vllm-speculative": 0, "vllm-standard": 0, "gateway": GATEWAY_DRAIN_S}),
+])
+def test_services_run_under_an_init_with_a_grace_beyond_their_drain(profile, drains):
+    services = resolved("--profile", profile)["services"]
+    for name, drain in drains.items():
         service = services[name]
         assert service.get("init") is True, f"{name}: no init to forward SIGTERM and reap"
         grace = seconds(service.get("stop_grace_period", "10s"))  # Docker's default
-        assert grace > DRAIN_S, f"{name}: SIGKILL after {grace:g} s, before the engine's {DRAIN_S} s drain ends"
+        assert grace > drain, f"{name}: SIGKILL after {grace:g} s, before its {drain:g} s drain ends"
