@@ -19,12 +19,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+def drafter_spec(text: str) -> str:
+    """Checked before the model loads, so a typo costs no wait."""
+    if text == "ngram" or (text.startswith("model:") and len(text) > len("model:")):
+        return text
+    raise argparse.ArgumentTypeError(f"unknown drafter {text!r}: use 'ngram' or 'model:PATH'")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
     parser.add_argument("--model", default="default",
                         help="model folder, .gguf file, or 'default' (the packaged SmolLM2)")
-    parser.add_argument("--drafter", default="ngram",
+    parser.add_argument("--drafter", default="ngram", type=drafter_spec,
                         help="'ngram' (prompt lookup, default) or 'model:PATH' (a draft model "
                         "sharing the tokenizer)")
     parser.add_argument("--no-speculation", action="store_true", help="plain decoding")

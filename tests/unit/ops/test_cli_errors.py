@@ -25,6 +25,7 @@ BROKEN_CALLS = {
     "check-draft-missing-paths": "check-draft {tmp}/no-target {tmp}/no-draft",
     "sim-bad-kind": "sim --kind bogus --port 1",
     "up-bad-engine": "up --engine bogus",
+    "engine-bad-drafter": "engine --drafter bogus",
 }
 
 
