@@ -180,15 +180,15 @@ class ProxyEndpoints:
         query = scope.get("query_string", b"")
         return (raw + b"?" + query if query else raw).decode("latin-1")
 
-    def _upstream_headers(self, request: Request, pool: Pool, rid: str) -> list[tuple[str, str]]:
-        """The client's headers minus hop-by-hop ones; the client's own key is
-        never forwarded when the gateway checks keys or the pool has its own."""
-        extra = {"x-request-id": rid}
+    def _upstream_headers(self, forwarded: list[tuple[str, str]], pool: Pool) -> list[tuple[str, str]]:
+        """`forwarded` (the client's headers, checked, less hop-by-hop ones) for
+        `pool`: the client's own key is never sent on when the gateway checks keys
+        or the pool has its own."""
         key = pool.spec.upstream_api_key()
-        if key is not None:
-            extra["authorization"] = f"Bearer {key}"
-        drop = CLIENT_KEY_HEADERS if self.keys.enabled or key is not None else frozenset()
-        return request_headers(request.headers.items(), extra, drop)
+        if key is None and not self.keys.enabled:
+            return forwarded
+        kept = [(k, v) for k, v in forwarded if k.lower() not in CLIENT_KEY_HEADERS]
+        return kept if key is None else [*kept, ("authorization", f"Bearer {key}")]
 
     def _exchange(self, request: Request, chain: list[Pool], degraded: bool, rule: str, path: str,
                   raw: bytes, started: float, *, body: dict[str, Any] | None = None, stream: bool = False,
@@ -196,7 +196,7 @@ class ProxyEndpoints:
         """The exchange that sends the request down `chain`; every header is checked
         (and a bad one answered 400) before anything is leased."""
         rid = request.state.request_id
-        headers = {pool: self._upstream_headers(request, pool, rid) for pool in chain}
+        forwarded = request_headers(request.headers.items(), {"x-request-id": rid})
 
         def outbound(pool: Pool) -> Outbound:
             content = raw
@@ -206,7 +206,8 @@ class ProxyEndpoints:
             # total_s counts from the request's arrival and covers the whole answer
             deadline = asyncio.get_running_loop().time() + timeouts.total_s - (time.perf_counter() - started)
             header_timeout = timeouts.first_byte_s if stream else timeouts.total_s
-            return Outbound(path, headers[pool], content, header_timeout, deadline, method)
+            return Outbound(path, self._upstream_headers(forwarded, pool), content, header_timeout, deadline,
+                            method)
 
         def open_upstream(claim: Claim) -> Awaitable[Opened]:
             self.metrics.overhead.observe(time.perf_counter() - started)

@@ -233,8 +233,12 @@ class Policy:
     def default_pool(self) -> str:
         return self.spec.default_pool or _first_standard(self.spec.pools)
 
-    def fallback_chain(self, pool: str) -> list[str]:
-        return fallback_chain(self.pools, pool)
+    def fallback_chain(self, pool: str) -> tuple[str, ...]:
+        return self._fallback_chains[pool]
+
+    @cached_property
+    def _fallback_chains(self) -> dict[str, tuple[str, ...]]:
+        return {name: tuple(fallback_chain(self.pools, name)) for name in self.pools}
 
     @cached_property
     def defaults(self) -> Defaults:
