@@ -11,6 +11,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.types import Receive, Scope, Send
+
+from backends.serving.server import BackgroundServer
 
 from tests.integration.guard.conftest import wait_until
 
@@ -78,6 +81,26 @@ def test_headers_named_by_connection_and_expect_stay_with_the_gateway(gateway, s
     assert "x-private" not in seen
     assert "expect" not in seen
     assert_idle(gateway)
+
+
+async def hop_header_backend(scope: Scope, receive: Receive, send: Send) -> None:
+    """Answers everything with headers a proxy must not pass on as they are."""
+    body = b'{"object": "chat.completion", "choices": []}'
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+        (b"connection", b"x-backend-hop"), (b"x-backend-hop", b"for one hop"), (b"x-kept", b"yes"),
+        (b"x-specgate-pool", b"spoofed")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def test_headers_the_backend_connection_names_stay_with_the_gateway(start_gateway, std_fake):
+    with BackgroundServer(hop_header_backend) as backend:
+        gw = start_gateway(policy_dict([backend.url], [std_fake.url]))
+        response = post(gw, GREEDY)
+    assert response.status_code == 200
+    assert response.headers["x-kept"] == "yes"
+    assert "x-backend-hop" not in response.headers
+    assert response.headers.get_list("x-specgate-pool") == ["speculative"]
 
 
 @pytest.mark.parametrize("stream", [False, True])
