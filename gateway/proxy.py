@@ -133,8 +133,10 @@ class Claim:
                 await response.aclose()
         finally:
             if lease is not None:
-                lease.release(ok)
-                self.on_lease(lease.pool, -1)
+                try:
+                    lease.release(ok)
+                finally:
+                    self.on_lease(lease.pool, -1)
 
 
 @dataclass(frozen=True)
