@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
                                    max_tokens=args.max_tokens))
     row = report["results"][0]
     if row["errors"] == row["requests"]:
-        print(f"every request to {args.url} failed; no baseline written")
+        print(f"specgate baseline: every request to {args.url} failed; no baseline written", file=sys.stderr)
         return 1
 
     def pair(name: str) -> Percentiles:

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -172,10 +173,11 @@ def run(args: argparse.Namespace) -> int:
     profile = profiles.get(args.profile)
     if profile is None or not profile.speculative:
         speculative = sorted(name for name, p in profiles.items() if p.speculative)
-        print(f"specgate tune: {args.profile!r} is not a speculative profile; choose one of {', '.join(speculative)}")
+        print(f"specgate tune: {args.profile!r} is not a speculative profile; choose one of {', '.join(speculative)}",
+              file=sys.stderr)
         return 2
     if args.lookup_max and profile.speculative_config.get("method") != "ngram":
-        print("specgate tune: --lookup-max applies to n-gram profiles only")
+        print("specgate tune: --lookup-max applies to n-gram profiles only", file=sys.stderr)
         return 2
     prompts = load_prompts(args.prompts) if args.prompts else builtin_prompts()
     result = sweep(vllm_launcher(args.profile, args.cache_dir), candidates(args.values, args.lookup_max), prompts,

@@ -141,11 +141,11 @@ def test_report_numbers_equal_the_known_rates(prometheus, tmp_path):
 def test_report_errors_are_clear(prometheus, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "gateway.cli", "report", "--prometheus", prometheus, "--since", "7x"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "not a duration: '7x'" in bad.stdout
+    assert bad.returncode == 2 and "not a duration: '7x'" in bad.stderr
     down = subprocess.run([sys.executable, "-m", "gateway.cli", "report", "--prometheus",
                            f"http://127.0.0.1:{free_port()}", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert down.returncode == 1 and "unreachable" in down.stdout
+    assert down.returncode == 1 and "unreachable" in down.stderr
 
 
 def test_recommendations_follow_the_thresholds():

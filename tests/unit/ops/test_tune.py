@@ -59,7 +59,7 @@ def test_tune_recommends_the_draft_length_the_model_says_is_fastest():
 def test_tune_rejects_a_profile_without_speculation():
     result = subprocess.run([sys.executable, "-m", "gateway.cli", "tune", "--profile", "standard"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and "not a speculative profile" in result.stdout
+    assert result.returncode == 2 and "not a speculative profile" in result.stderr
     result = subprocess.run([sys.executable, "-m", "gateway.cli", "tune", "--profile", "speculative-eagle3",
                              "--lookup-max", "3"], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and "n-gram profiles only" in result.stdout
+    assert result.returncode == 2 and "n-gram profiles only" in result.stderr
