@@ -41,7 +41,9 @@ from .raw_http import Answer, Hang, RawConnection, leases_outstanding, wait_for
 TOTAL_S = 2.0
 BODY_TIMEOUT_S = 1.0
 DEADLINE_S = TOTAL_S + BODY_TIMEOUT_S + 5.0  # no answer may take longer than this
-SETTLE_S = TOTAL_S + 1.0  # no exchange outlives its total time: its lease is back by then
+# No exchange outlives its total time, so a lease still out long after that is leaked;
+# the wait is an event bound (generous for a loaded machine), not a timing assertion.
+SETTLE_S = 30.0
 
 
 @dataclass
@@ -208,14 +210,13 @@ def check(answer: Answer, marker: str) -> list[str]:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(plan=connections)
 def test_raw_http_surface(surface, plan):
-    before = leases_outstanding(surface.runtime)
     with ThreadPoolExecutor(len(plan)) as pool:
         results = list(pool.map(lambda c: run_connection(surface, c), plan))
     problems = [problem for found, _ in results for problem in found]
     for _, seen in results:
         for kind in seen:
             event(kind)
-    settled = wait_for(lambda: leases_outstanding(surface.runtime) == before, SETTLE_S)
-    if not settled:
-        problems.append(f"pool accounting {leases_outstanding(surface.runtime)}, was {before} before")
+    # only this test sends to this gateway: once every answer is in, nothing may stay leased
+    if not wait_for(lambda: not leases_outstanding(surface.runtime), SETTLE_S):
+        problems.append(f"pool accounting {leases_outstanding(surface.runtime)} after every answer")
     assert not problems, problems
