@@ -12,17 +12,25 @@ A request uvicorn cannot parse (a bad method or header name, two
 Content-Length headers, Content-Length beside Transfer-Encoding, a URL too
 long for the parser) gets the OpenAI error envelope like every other bad
 request, instead of uvicorn's plain-text 400.
+
+Every request's scope carries an ASGI extension (`relay.ABORT_EXTENSION`)
+that resets the connection at once: a client that stopped reading is cut
+with a TCP reset (linger 0), so neither the gateway nor the kernel keeps the
+answer queued for a reader that never drains it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.errors import InvalidRequest
+from gateway.relay import ABORT_EXTENSION
 
 
 class HeaderDeadlineProtocol(HttpToolsProtocol):
@@ -42,8 +50,17 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.scope["extensions"] = {**self.scope.get("extensions", {}), ABORT_EXTENSION: self._abort}
         if self._header_timer is None:
             self._arm()
+
+    def _abort(self) -> None:
+        if self.transport.is_closing():
+            return
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:  # linger 0: close sends a reset and drops what is queued
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.transport.abort()
 
     def on_headers_complete(self) -> None:
         self._disarm()

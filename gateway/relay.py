@@ -26,6 +26,9 @@ from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout, Upstrea
 from gateway.proxy import Claim, Opened, response_headers
 from gateway.traffic import DONE
 
+# An ASGI extension the server may put in the scope: a callable that resets the
+# client connection at once (a graceful close waits for buffers a stalled client never drains).
+ABORT_EXTENSION = "specgate.abort"
 CLIENT_CLOSED = 499  # nginx's code for "the client went away first"
 KEEPALIVE_COMMENT = b": keepalive\n\n"
 LAST_EVENTS = (DONE + b"\n\n", DONE + b"\r\n\r\n")  # how an OpenAI stream ends
@@ -156,6 +159,8 @@ class Exchange:
             stalled = writes.absorb()
             if not (watch.absorb() or stalled):
                 raise
+            if stalled:
+                _abort_client(scope)
             # a client that closes once it has read [DONE] had the whole answer
             outcome.ok, outcome.stalled = outcome.delivered, stalled
             if not outcome.delivered:
@@ -298,6 +303,12 @@ class _EventSplitter:
     def rest(self) -> bytes:
         rest, self.pending = self.pending, b""
         return rest
+
+
+def _abort_client(scope: Scope) -> None:
+    abort = scope.get("extensions", {}).get(ABORT_EXTENSION)
+    if abort is not None:
+        abort()
 
 
 def _upstream_error(exc: BaseException) -> UpstreamError:

@@ -2,7 +2,8 @@
 off after SPECGATE_BODY_TIMEOUT_S with a 408 envelope and the connection
 closed; headers that do not arrive within SPECGATE_HEADER_TIMEOUT_S close the
 connection; headers over SPECGATE_MAX_HEADER_BYTES get a 431 envelope and
-never reach a backend. uvicorn with httptools bounds none of these."""
+never reach a backend; a client that stops reading a stream is reset after
+SPECGATE_WRITE_TIMEOUT_S. uvicorn with httptools bounds none of these."""
 
 from __future__ import annotations
 
@@ -15,12 +16,15 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.vllm import FakeVllm
+from tests.integration.gateway.test_request_path import kernel_buffer_bytes
+from tests.integration.guard.conftest import wait_until
 from tests.soak.gateway_process import GatewayProcess, one_pool_policy
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(120)]
 
 BODY_TIMEOUT_S = 1.0
 HEADER_TIMEOUT_S = 1.0
+WRITE_TIMEOUT_S = 1.0
 BODY = json.dumps({"model": "fake-model", "max_tokens": 8,
                    "messages": [{"role": "user", "content": "Tell me about rivers."}]}).encode()
 
@@ -36,7 +40,8 @@ def gateway(tmp_path_factory, fake) -> Iterator[GatewayProcess]:
     tmp: Path = tmp_path_factory.mktemp("slow-clients")
     process = GatewayProcess(one_pool_policy(tmp, {"endpoints": [{"url": fake.url}]}), tmp / "gateway.log",
                              env={"SPECGATE_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
-                                  "SPECGATE_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S)}).start()
+                                  "SPECGATE_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
+                                  "SPECGATE_WRITE_TIMEOUT_S": str(WRITE_TIMEOUT_S)}).start()
     yield process
     process.stop()
 
@@ -181,3 +186,26 @@ def test_a_keep_alive_connection_gets_the_same_deadline_for_its_next_request(gat
         # without the header deadline this connection would stay open for ever.
         raw = read_until_closed(sock, limit_s=HEADER_TIMEOUT_S + 5)
     assert raw == b""
+
+
+def test_a_client_that_stops_reading_is_reset_not_left_to_drain(gateway, fake):
+    piece = "x" * 16_383 + " "
+    pieces = (kernel_buffer_bytes() + (8 << 20)) // len(piece)  # more than the sockets hold
+    fake.script(text=piece * pieces, chunks=pieces, delay=0.001)
+    cancelled = len(fake.disconnects)
+    reader = socket.socket()
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+    try:
+        reader.connect(("127.0.0.1", gateway.port))
+        body = json.dumps({**json.loads(BODY), "stream": True, "max_tokens": 100_000}).encode()
+        reader.sendall(head(len(body)) + body)  # and stop reading
+        wait_until(lambda: len(fake.disconnects) > cancelled, "the backend saw its request cancelled", timeout=60)
+        # A graceful close would wait for the client to drain what is queued, then end
+        # with a FIN; the gateway resets the connection instead, and holds nothing.
+        reader.settimeout(30)
+        with pytest.raises(ConnectionResetError):
+            while reader.recv(1 << 20):
+                pass
+    finally:
+        reader.close()
+        fake.script(text="ok")
