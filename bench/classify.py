@@ -14,10 +14,10 @@ import random
 import statistics
 import time
 
-from gateway.features import extract_features
+from gateway.decide.features import extract_features
 from gateway.flags import FlagStore
-from gateway.policy import load_policy
-from gateway.routing import decide
+from gateway.decide.policy import load_policy
+from gateway.decide.routing import decide
 from gateway.settings import default_policy_path
 
 WORDS = ("river valley stone water mountain light quiet morning evening north wind field road city "

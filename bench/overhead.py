@@ -171,14 +171,14 @@ def main() -> None:
     procs = [
         start([sys.executable, str(ROOT / "bench" / "fast_upstream.py"), "--port", str(upstream)], tmp / "up.log"),
         start([shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(tmp / "nginx.conf")], tmp / "nginx.log"),
-        start([sys.executable, "-m", "gateway.cli", "serve", "--policy", str(tmp / "policy.yaml"),
+        start([sys.executable, "-m", "specgate.cli", "serve", "--policy", str(tmp / "policy.yaml"),
                "--port", str(gateway_port)], tmp / "gateway.log", env),
     ]
     targets = {"direct": upstream, "nginx": nginx_port, "gateway": gateway_port}
     if args.baseline:
         tree = export_tree(args.baseline, tmp / "baseline")
         targets["baseline"] = free_port()
-        procs.append(start([sys.executable, "-m", "gateway.cli", "serve", "--policy", str(tmp / "policy.yaml"),
+        procs.append(start([sys.executable, "-m", "specgate.cli", "serve", "--policy", str(tmp / "policy.yaml"),
                             "--port", str(targets["baseline"])], tmp / "baseline.log",
                            {**env, "PYTHONPATH": str(tree)}, cwd=tree))
     results: dict = {"duration_s": args.duration, "rounds": args.rounds, "cpus": os.cpu_count(), "runs": []}

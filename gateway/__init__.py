@@ -1,4 +1,5 @@
-"""specgate: an OpenAI-compatible gateway that routes each request to a
-speculative-decoding pool or a standard pool, following a YAML policy."""
+"""The gateway: an OpenAI-compatible proxy that routes each request to a
+speculative-decoding pool or a standard pool, following a YAML policy.
 
-__version__ = "0.1.0"
+Stages, each importing only the ones below it: `edge` -> `control`, `upstream`
+-> `decide` -> the shared base (errors, metrics, settings, flags, logs)."""

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from gateway.classify import DomainClassifier, DomainRule
+from domains.classifier import DomainClassifier, DomainRule
 
 Kind = Literal["speculative", "standard"]
 

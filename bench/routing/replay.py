@@ -33,8 +33,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from gateway.ops.measure import Sample, percentile, timed_request  # noqa: E402
-from gateway.ops.prompts import Prompt, prompt_from, user  # noqa: E402
+from specgate.ops.measure import Sample, percentile, timed_request  # noqa: E402
+from specgate.ops.prompts import Prompt, prompt_from, user  # noqa: E402
 
 TEXTS = {
     "chat": ["Tell me about the history of tea.", "How do I plan a week of healthy meals?"],
@@ -107,7 +107,7 @@ def start_sims(work: Path, time_scale: float, busy: int | None) -> tuple[list[su
     procs, urls = [], {}
     for kind in ("speculative", "standard"):
         port = free_port()
-        procs.append(subprocess.Popen([sys.executable, "-m", "gateway.cli", "sim", "--kind", kind, "--port", str(port),
+        procs.append(subprocess.Popen([sys.executable, "-m", "specgate.cli", "sim", "--kind", kind, "--port", str(port),
                                        "--time-scale", str(time_scale), "--seed", "1"], cwd=ROOT,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         urls[kind] = f"http://127.0.0.1:{port}"
@@ -121,7 +121,7 @@ def start_sims(work: Path, time_scale: float, busy: int | None) -> tuple[list[su
         rule["when"] = {"load.speculative": {"ge": busy}}
     (work / "policy.yaml").write_text(yaml.safe_dump(policy))
     port = free_port()
-    procs.append(subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--policy", str(work / "policy.yaml"),
+    procs.append(subprocess.Popen([sys.executable, "-m", "specgate.cli", "serve", "--policy", str(work / "policy.yaml"),
                                    "--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL,
                                   stderr=(work / "gateway.log").open("w")))
     urls["gateway"] = f"http://127.0.0.1:{port}"

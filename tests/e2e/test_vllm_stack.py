@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from backends.model import cache_dir, prepare
-from backends.up import Stack, gateway_service, vllm_backends
+from specgate.up import Stack, gateway_service, vllm_backends
 from gateway.settings import default_policy_path
 from tests.fakes.process import free_port
 

@@ -1,4 +1,4 @@
-"""The gateway as the product runs it: `python -m gateway.cli serve` in a child
+"""The gateway as the product runs it: `python -m specgate.cli serve` in a child
 process, so its memory and open files can be read from /proc while a test
 drives it over loopback."""
 
@@ -52,7 +52,7 @@ class GatewayProcess:
     def start(self, timeout: float = 30.0) -> GatewayProcess:
         python_path = [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in python_path if p), **self.env}
-        command = [sys.executable, "-m", "gateway.cli", "serve", "--policy", str(self.policy),
+        command = [sys.executable, "-m", "specgate.cli", "serve", "--policy", str(self.policy),
                    "--host", "127.0.0.1", "--port", str(self.port)]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log,

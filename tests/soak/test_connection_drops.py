@@ -14,7 +14,7 @@ import httpx
 import pytest
 import uvloop
 
-from gateway.transport import PooledTransport
+from gateway.upstream.transport import PooledTransport
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(60)]
 

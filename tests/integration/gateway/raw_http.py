@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from gateway.runtime import Runtime
+from gateway.upstream.runtime import Runtime
 
 
 class Hang(AssertionError):

@@ -82,7 +82,7 @@ def test_logs_never_hold_prompts_completions_or_secrets(tmp_path, spec_fake, std
     port = free_port()
     env = {**os.environ, "SPECGATE_ADMIN_TOKEN": secrets[0], "SPECGATE_API_KEYS": secrets[1],
            "CANARY_POOL_KEY": secrets[2], "SPECGATE_LOG_LEVEL": "debug"}
-    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--policy", str(path),
+    proc = subprocess.Popen([sys.executable, "-m", "specgate.cli", "serve", "--policy", str(path),
                              "--port", str(port)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"

@@ -104,7 +104,7 @@ def test_explain_command(tmp_path):
     request = tmp_path / "request.json"
     request.write_text(json.dumps({"messages": [{"role": "user", "content": "```py\nprint(1)\n```"}],
                                    "temperature": 0, "max_tokens": 300, "stream": True}))
-    cli = [sys.executable, "-m", "gateway.cli", "explain", "--policy", str(ROOT / "policies" / "default.yaml")]
+    cli = [sys.executable, "-m", "specgate.cli", "explain", "--policy", str(ROOT / "policies" / "default.yaml")]
     calm = json.loads(subprocess.run([*cli, str(request)], capture_output=True, text=True, check=True).stdout)
     busy = json.loads(subprocess.run([*cli, str(request), "--load", "speculative=9"],
                                      capture_output=True, text=True, check=True).stdout)
@@ -120,7 +120,7 @@ def test_sighup_reloads_a_running_gateway(tmp_path, spec_fake, std_fake):
     path.write_text(yaml.safe_dump(policy_dict([spec_fake.url], [std_fake.url])))
     port = free_port()
     env = {**os.environ, "SPECGATE_POLICY_WATCH_INTERVAL_S": "3600"}  # only SIGHUP may reload
-    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--policy", str(path),
+    proc = subprocess.Popen([sys.executable, "-m", "specgate.cli", "serve", "--policy", str(path),
                              "--port", str(port)], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}"

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backends.serving.server import BackgroundServer
-from gateway.app import create_app
+from gateway.edge.app import create_app
 from gateway.settings import Settings
 from tests.fakes.vllm import FakeVllm
 

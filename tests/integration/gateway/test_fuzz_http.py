@@ -30,8 +30,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from backends.serving.server import BackgroundServer
-from gateway.app import create_app
-from gateway.runtime import Runtime
+from gateway.edge.app import create_app
+from gateway.upstream.runtime import Runtime
 from gateway.settings import Settings
 from tests.fakes.vllm import FakeVllm
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import yaml
 
-from gateway.signals import address
+from gateway.control.signals import address
 from tests.fakes.process import free_port, wait_until_ok
 from tests.fakes.vllm import FakeVllm
 

@@ -11,7 +11,7 @@ import openai
 import yaml
 
 from backends.serving.server import BackgroundServer
-from gateway.app import create_app
+from gateway.edge.app import create_app
 from gateway.settings import Settings
 from tests.integration.gateway.conftest import ADMIN_TOKEN, policy_dict
 from tests.integration.guard.conftest import wait_until

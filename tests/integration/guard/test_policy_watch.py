@@ -7,7 +7,7 @@ import httpx
 import yaml
 
 from backends.serving.server import BackgroundServer
-from gateway.app import create_app
+from gateway.edge.app import create_app
 from gateway.settings import Settings
 from tests.integration.gateway.conftest import ADMIN_TOKEN, policy_dict
 from tests.integration.guard.conftest import wait_until

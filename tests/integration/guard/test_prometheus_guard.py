@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from backends.serving.server import BackgroundServer
-from gateway.app import create_app
+from gateway.edge.app import create_app
 from gateway.settings import Settings
 from tests.integration.guard.conftest import Feeder, wait_until
 from tests.integration.gateway.conftest import ADMIN_TOKEN, policy_dict

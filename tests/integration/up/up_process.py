@@ -53,7 +53,7 @@ class UpProcess:
         ports = ",".join(map(str, self.backend_ports))
         with self.stdout.open("wb") as out, self.stderr.open("wb") as err:
             self.process = spawn_module(
-                "gateway.cli", "up", "--port", str(self.port), "--backend-ports", ports, "--policy", str(policy),
+                "specgate.cli", "up", "--port", str(self.port), "--backend-ports", ports, "--policy", str(policy),
                 *self.args, stdout=out, stderr=err, start_new_session=True)
         return self
 

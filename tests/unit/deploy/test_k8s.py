@@ -15,9 +15,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gateway.policy import parse_policy
-from gateway.signals import Target
-from gateway.signals.prometheus import selector
+from gateway.decide.policy import parse_policy
+from gateway.control.signals import Target
+from gateway.control.signals.prometheus import selector
 from tests.unit.deploy.conftest import DEPLOY, K8S, REPO
 
 # Validated here by shape only: kubernetes-validate ships no schema for them.
@@ -139,7 +139,7 @@ def test_gateway_probes_replicas_and_resources(k8s_documents):
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert {"cpu", "memory"} <= set(container["resources"]["requests"])
     assert {"cpu", "memory"} <= set(container["resources"]["limits"])
-    from gateway.cli import build_parser
+    from specgate.cli import build_parser
     args = build_parser().parse_args(container["args"])
     assert (args.command, args.host, args.port) == ("serve", "0.0.0.0", 8080)
     assert container["ports"][0]["containerPort"] == args.port

@@ -22,8 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 
-from gateway.policy import load_policy
-from gateway.signals import PrometheusSource, Target
+from gateway.decide.policy import load_policy
+from gateway.control.signals import PrometheusSource, Target
 from tests.unit.deploy.conftest import DEPLOY, REPO, require_tool
 
 DEADLINE_S = 40

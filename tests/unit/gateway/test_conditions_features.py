@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.conditions import ConditionError, compile_condition
+from gateway.decide.conditions import ConditionError, compile_condition
 from gateway.errors import InvalidRequest
-from gateway.features import Defaults, extract_features, parse_json_body
+from gateway.decide.features import Defaults, extract_features, parse_json_body
 
 POOLS = ("speculative", "standard")
 

@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from gateway.errors import InvalidRequest, NoHealthyBackend, UpstreamUnreachable
-from gateway.policy import Policy, PoolSpec, parse_policy
-from gateway.pools import Pool
-from gateway.proxy import Claim, Forwarder, Outbound, RetryBudget
+from gateway.decide.policy import Policy, PoolSpec, parse_policy
+from gateway.upstream.pools import Pool
+from gateway.upstream.proxy import Claim, Forwarder, Outbound, RetryBudget
 
 
 class Clock:

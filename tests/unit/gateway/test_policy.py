@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.policy import PolicyError, load_policy, parse_policy
+from gateway.decide.policy import PolicyError, load_policy, parse_policy
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -104,7 +104,7 @@ def test_check_command_exit_codes(tmp_path):
     good.write_text(VALID)
     bad = tmp_path / "bad.yaml"
     bad.write_text(VALID.replace("route: fast", "route: nowhere"))
-    cli = [sys.executable, "-m", "gateway.cli", "check"]
+    cli = [sys.executable, "-m", "specgate.cli", "check"]
     ok = subprocess.run([*cli, str(good)], capture_output=True, text=True, cwd=ROOT)
     failed = subprocess.run([*cli, str(bad)], capture_output=True, text=True, cwd=ROOT)
     assert ok.returncode == 0, ok.stderr

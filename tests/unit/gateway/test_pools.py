@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 from gateway.errors import NoHealthyBackend
-from gateway.policy import PoolSpec
-from gateway.pools import Pool
+from gateway.decide.policy import PoolSpec
+from gateway.upstream.pools import Pool
 
 
 class Clock:

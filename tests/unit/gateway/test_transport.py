@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 
-from gateway.transport import PooledTransport
+from gateway.upstream.transport import PooledTransport
 from tests.fakes.vllm import FakeVllm
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

@@ -10,12 +10,12 @@ import pytest
 import yaml
 
 from gateway.flags import FlagStore
-from gateway.guard import Guard
+from gateway.control.guard import Guard
 from gateway.metrics import GatewayMetrics
-from gateway.policy import GuardSpec, Policy, parse_policy
-from gateway.runtime import Runtime
-from gateway.signals import PoolSignals, SignalError, Target
-from gateway.traffic import ClassLatency
+from gateway.decide.policy import GuardSpec, Policy, parse_policy
+from gateway.upstream.runtime import Runtime
+from gateway.control.signals import PoolSignals, SignalError, Target
+from gateway.decide.traffic import ClassLatency
 
 
 class FakeClock:

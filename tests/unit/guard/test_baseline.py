@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from gateway.baseline import Baseline, BaselineError, Percentiles, read_baseline, write_baseline
+from gateway.control.baseline import Baseline, BaselineError, Percentiles, read_baseline, write_baseline
 
 
 def test_round_trip_and_the_p95_the_guard_compares(tmp_path):

@@ -7,10 +7,10 @@ import asyncio
 import httpx
 import pytest
 
-from gateway.features import extract_features
+from gateway.decide.features import extract_features
 from gateway.flags import Mode
-from gateway.routing import decide
-from gateway.traffic import ClassLatency, TokenMeter, temperature_bucket, traffic_class
+from gateway.decide.routing import decide
+from gateway.decide.traffic import ClassLatency, TokenMeter, temperature_bucket, traffic_class
 from tests.unit.guard.conftest import FakeClock, signals
 
 CLASSES = {"enabled": True, "min_samples": 3, "slower_pct": 10}

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gateway.flag_file import FlagFile
+from gateway.control.flag_file import FlagFile
 from gateway.flags import FlagStore, Mode
 
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from gateway.features import extract_features
+from gateway.decide.features import extract_features
 from gateway.flags import Mode, reason_word
-from gateway.routing import decide
+from gateway.decide.routing import decide
 from tests.unit.guard.conftest import make_policy, signals
 
 GOOD, LOW, THIN = signals(0.8), signals(0.2), signals(0.2, volume=50)
@@ -211,7 +211,7 @@ def test_an_outage_forgets_the_reported_load(rig_for):
     ({"queries": {"acceptance": "x"}}, "guard.queries.acceptance"),
 ])
 def test_guard_spec_rejects_inconsistent_settings(guard, message):
-    from gateway.policy import PolicyError
+    from gateway.decide.policy import PolicyError
     with pytest.raises(PolicyError) as error:
         make_policy(**guard)
     assert message in str(error.value)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.baseline import read_baseline
-from gateway.ops.bench import plot, run_bench
-from gateway.ops.measure import Sample, percentile, summarize
-from gateway.ops.prompts import builtin_prompts, load_prompts
+from gateway.control.baseline import read_baseline
+from specgate.ops.bench import plot, run_bench
+from specgate.ops.measure import Sample, percentile, summarize
+from specgate.ops.prompts import builtin_prompts, load_prompts
 from tests.fakes.vllm import FakeVllm
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -63,7 +63,7 @@ def test_bench_interleaves_targets_and_times_streams(tmp_path):
 def test_bench_and_baseline_commands(tmp_path):
     with FakeVllm(model="fake-model") as fake:
         out = tmp_path / "bench"
-        bench = subprocess.run([sys.executable, "-m", "gateway.cli", "bench", "--url", fake.url,
+        bench = subprocess.run([sys.executable, "-m", "specgate.cli", "bench", "--url", fake.url,
                                 "--concurrency", "1,2", "--requests", "4", "--out", str(out)],
                                cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert bench.returncode == 0, bench.stderr
@@ -71,7 +71,7 @@ def test_bench_and_baseline_commands(tmp_path):
         assert results["model"] == "fake-model" and len(results["results"]) == 2
         assert (out / "tpot.png").exists() and (out / "throughput.png").exists()
         baseline_path = tmp_path / "baseline.json"
-        record = subprocess.run([sys.executable, "-m", "gateway.cli", "baseline", "record", "--url", fake.url,
+        record = subprocess.run([sys.executable, "-m", "specgate.cli", "baseline", "record", "--url", fake.url,
                                  "--requests", "4", "--out", str(baseline_path)],
                                 cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert record.returncode == 0, record.stderr

@@ -42,7 +42,7 @@ def test_broken_arguments_get_one_clear_line(tmp_path, case):
     (tmp_path / "bad.yaml").write_text("version: 1\npools: [unclosed\n")
     argv = BROKEN_CALLS[case].format(tmp=tmp_path, dead=f"http://127.0.0.1:{closed_port()}",
                                      policy=ROOT / "policies" / "default.yaml").split()
-    done = subprocess.run([sys.executable, "-m", "gateway.cli", *argv], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "specgate.cli", *argv], capture_output=True, text=True,
                           cwd=tmp_path, timeout=300)
     assert done.returncode != 0, done.stdout
     assert "Traceback" not in done.stderr, done.stderr

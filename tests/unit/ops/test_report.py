@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.baseline import Baseline, Percentiles, write_baseline
-from gateway.ops.weekly import parse_duration, recommendations
+from gateway.control.baseline import Baseline, Percentiles, write_baseline
+from specgate.ops.weekly import parse_duration, recommendations
 from tests.fakes.process import free_port, wait_until_ok
 from tests.unit.deploy.conftest import require_tool
 
@@ -111,7 +111,7 @@ def test_report_numbers_equal_the_known_rates(prometheus, tmp_path):
                                       requests=100, ttft_s=Percentiles(p50=0.1, p95=0.2),
                                       tpot_s=Percentiles(p50=0.02, p95=0.03), e2e_s=Percentiles(p50=1.5, p95=3.0)))
     out = tmp_path / "report"
-    result = subprocess.run([sys.executable, "-m", "gateway.cli", "report", "--prometheus", prometheus,
+    result = subprocess.run([sys.executable, "-m", "specgate.cli", "report", "--prometheus", prometheus,
                              "--since", f"{DAYS}d", "--until", str(END), "--step", "1h", "--baseline", str(baseline),
                              "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -139,10 +139,10 @@ def test_report_numbers_equal_the_known_rates(prometheus, tmp_path):
 
 
 def test_report_errors_are_clear(prometheus, tmp_path):
-    bad = subprocess.run([sys.executable, "-m", "gateway.cli", "report", "--prometheus", prometheus, "--since", "7x"],
+    bad = subprocess.run([sys.executable, "-m", "specgate.cli", "report", "--prometheus", prometheus, "--since", "7x"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "not a duration: '7x'" in bad.stderr
-    down = subprocess.run([sys.executable, "-m", "gateway.cli", "report", "--prometheus",
+    down = subprocess.run([sys.executable, "-m", "specgate.cli", "report", "--prometheus",
                            f"http://127.0.0.1:{free_port()}", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert down.returncode == 1 and "unreachable" in down.stderr

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from backends.sim.model import SimParams, acceptance, speedup
-from gateway.ops.prompts import builtin_prompts
-from gateway.ops.tune import candidates, sweep, table
+from specgate.ops.prompts import builtin_prompts
+from specgate.ops.tune import candidates, sweep, table
 from tests.fakes.process import free_port, spawn_module, wait_until_ok
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -27,7 +27,7 @@ def sim_launcher(spec_config: Mapping[str, Any] | None, port: int) -> Iterator[s
         args += ["--kind", "standard"]
     else:
         args += ["--kind", "speculative", "--num-speculative-tokens", str(spec_config["num_speculative_tokens"])]
-    process = spawn_module("gateway.cli", *args)
+    process = spawn_module("specgate.cli", *args)
     try:
         wait_until_ok(f"http://127.0.0.1:{port}/health", process, timeout=30)
         yield f"http://127.0.0.1:{port}"
@@ -57,9 +57,9 @@ def test_tune_recommends_the_draft_length_the_model_says_is_fastest():
 
 
 def test_tune_rejects_a_profile_without_speculation():
-    result = subprocess.run([sys.executable, "-m", "gateway.cli", "tune", "--profile", "standard"],
+    result = subprocess.run([sys.executable, "-m", "specgate.cli", "tune", "--profile", "standard"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "not a speculative profile" in result.stderr
-    result = subprocess.run([sys.executable, "-m", "gateway.cli", "tune", "--profile", "speculative-eagle3",
+    result = subprocess.run([sys.executable, "-m", "specgate.cli", "tune", "--profile", "speculative-eagle3",
                              "--lookup-max", "3"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "n-gram profiles only" in result.stderr

@@ -138,7 +138,7 @@ def test_streaming_and_waiting_beyond_the_batch_cap(serve) -> None:
 
 def test_specgate_sim_command_serves_the_openai_api() -> None:
     port = free_port()
-    process = spawn_module("gateway.cli", "sim", "--kind", "speculative", "--port", str(port),
+    process = spawn_module("specgate.cli", "sim", "--kind", "speculative", "--port", str(port),
                            "--model", "sim", "--time-scale", "0.01")  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"

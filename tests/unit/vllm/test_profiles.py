@@ -106,7 +106,7 @@ def test_check_draft(tokenizer_dir, tmp_path):
     altered = AutoTokenizer.from_pretrained(tokenizer_dir)
     altered.add_special_tokens({"additional_special_tokens": ["<|draft-only|>"]})
     altered.save_pretrained(tmp_path / "altered")
-    cli = [sys.executable, "-m", "gateway.cli", "check-draft", str(tokenizer_dir)]
+    cli = [sys.executable, "-m", "specgate.cli", "check-draft", str(tokenizer_dir)]
     same = subprocess.run([*cli, str(tokenizer_dir)], cwd=ROOT, capture_output=True, text=True)
     different = subprocess.run([*cli, str(tmp_path / "altered")], cwd=ROOT, capture_output=True, text=True)
     assert same.returncode == 0, same.stdout + same.stderr

@@ -1,0 +1,1 @@
+"""Prompt domains: the rule-based classifier both the gateway and the simulator use."""

@@ -1,1 +1,0 @@
-"""One module per `specgate` subcommand (see gateway/cli.py)."""

@@ -1,0 +1,1 @@
+"""Control: the guard, the signals it reads, the latency baseline, flag persistence and reload."""

@@ -1,0 +1,1 @@
+"""The decision: request features, the policy, the routing rules and traffic classes."""

@@ -1,0 +1,357 @@
+"""The routing policy: pydantic models of the YAML file and `load_policy`.
+
+Every mistake is reported with the file and line it sits on
+(`policies/x.yaml:12: rules[2].route: unknown pool 'fast'`); an unknown key is
+an error, never ignored. A loaded `Policy` also carries what the hot path
+needs precompiled: the domain classifier and the rule predicates.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from domains.classifier import DomainClassifier, DomainRule
+from gateway.decide.conditions import ConditionError, Predicate, compile_condition
+from gateway.decide.features import Defaults
+from gateway.decide.yaml_lines import YamlError, load_with_lines
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DefaultsSpec(Strict):
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, ge=0, le=1)
+    max_tokens: int = Field(256, ge=1)
+
+
+class EndpointSpec(Strict):
+    url: str
+    weight: float = Field(1.0, gt=0)
+    max_in_flight: int | None = Field(None, ge=1)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise ValueError(f"endpoint url must start with http:// or https://, got {url!r}")
+        return url.rstrip("/")
+
+
+class TimeoutsSpec(Strict):
+    connect_s: float = Field(5.0, gt=0)
+    first_byte_s: float = Field(120.0, gt=0)
+    total_s: float = Field(600.0, gt=0)
+
+
+class ConnectionsSpec(Strict):
+    max_connections: int = Field(512, ge=1)
+    max_keepalive: int = Field(128, ge=0)
+    keepalive_expiry_s: float = Field(4.0, gt=0)  # under uvicorn's 5 s server default
+
+
+class RetrySpec(Strict):
+    attempts: int = Field(3, ge=1, le=10)  # tries in all, the first included
+    budget_ratio: float = Field(0.2, ge=0, le=1)  # retries allowed per request sent, over a window
+
+
+class HealthSpec(Strict):
+    path: str = "/health"
+    interval_s: float = Field(5.0, gt=0)
+    eject_after: int = Field(3, ge=1)  # consecutive failures
+    backoff_s: float = Field(2.0, gt=0)
+    max_backoff_s: float = Field(60.0, gt=0)
+
+
+class PoolSpec(Strict):
+    kind: Literal["speculative", "standard"]
+    endpoints: list[EndpointSpec] = Field(min_length=1)
+    model: str | None = None  # upstream model name the client's model is rewritten to
+    fallback: str | None = None
+    max_in_flight: int | None = Field(None, ge=1)  # per endpoint, unless the endpoint says
+    max_model_len: int | None = Field(None, ge=1)  # context length: bounds a request's max_tokens
+    dialect: Literal["vllm", "sglang"] = "vllm"
+    api_key: str | None = None  # "os.environ/NAME"
+    timeouts: TimeoutsSpec = TimeoutsSpec()
+    connections: ConnectionsSpec = ConnectionsSpec()
+    retry: RetrySpec = RetrySpec()
+    health: HealthSpec = HealthSpec()
+
+    @field_validator("api_key")
+    @classmethod
+    def _env_reference(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"os\.environ/[A-Za-z_][A-Za-z0-9_]*", value):
+            raise ValueError("api_key must reference the environment as os.environ/NAME; "
+                             "keys are never written in the policy")
+        return value
+
+    def upstream_api_key(self) -> str | None:
+        if self.api_key is None:
+            return None
+        return os.environ.get(self.api_key.removeprefix("os.environ/"))
+
+
+class DomainSpec(Strict):
+    patterns: list[str] = []
+    keywords: list[str] = []
+
+    @field_validator("patterns")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+        return patterns
+
+
+class RuleSpec(Strict):
+    name: str = Field(min_length=1)
+    when: dict[str, Any] | None = None
+    route: str
+    reason: str | None = None
+
+
+class OverridesSpec(Strict):
+    route_header: bool = False  # honour x-specgate-route
+    domain_header: bool = False  # honour x-specgate-domain
+
+
+class AcceptRateSpec(Strict):
+    trip_below: float = Field(0.4, ge=0, le=1)
+    recover_above: float = Field(0.55, ge=0, le=1)
+
+
+class SpeculativeGuardSpec(Strict):
+    accept_rate: AcceptRateSpec = AcceptRateSpec()
+    latency_regression_pct: float = Field(20.0, ge=0)
+    trip_after: int = Field(3, ge=1)
+    recover_after: int = Field(5, ge=1)
+    min_hold_s: float = Field(60.0, ge=0)
+    min_draft_tokens: int = Field(200, ge=0)
+    probe_fraction: float = Field(0.05, ge=0, le=1)
+
+
+class TargetSpec(Strict):
+    """How PromQL selects a pool's series: `label` matches `value`, where
+    `{endpoints}` stands for the pool's endpoints as host:port and `{pool}`
+    for its name (e.g. label: pool, value: "{pool}" behind relabeling)."""
+    label: str = Field("instance", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+    value: str = "{endpoints}"
+
+
+class ClassGuardSpec(Strict):
+    """Per traffic class (domain x temperature bucket): speculation goes off
+    for a class whose gateway-measured time per output token on the
+    speculative pool is `slower_pct` above the standard pool's."""
+    enabled: bool = False
+    min_samples: int = Field(20, ge=1)  # streamed answers per pool in the window
+    slower_pct: float = Field(10.0, ge=0)
+
+
+GuardQuery = Literal["accept_rate", "mean_accepted_length", "draft_tokens", "itl_p95", "e2e_p95",
+                     "tpot_p95", "running", "waiting"]
+
+
+class GuardSpec(Strict):
+    enabled: bool = True
+    source: Literal["prometheus", "scrape"] = "scrape"
+    interval_s: float = Field(15.0, gt=0)
+    window: str = Field("5m", pattern=r"^[0-9]+[smh]$")
+    speculative: SpeculativeGuardSpec = SpeculativeGuardSpec()
+    stale_after_s: float | None = Field(None, gt=0)  # unreadable this long: fall back (off: never)
+    baseline_file: str | None = None  # `specgate baseline record` output; else the standard pool
+    latency_metric: Literal["itl", "e2e", "tpot"] = "itl"
+    queries: dict[GuardQuery, str] = {}  # PromQL overrides; $selector, $window, $pool expand
+    target: TargetSpec = TargetSpec()
+    classes: ClassGuardSpec = ClassGuardSpec()
+
+    @property
+    def window_s(self) -> float:
+        return float(self.window[:-1]) * {"s": 1, "m": 60, "h": 3600}[self.window[-1]]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GuardSpec:
+        if self.queries and self.source != "prometheus":
+            raise ValueError("guard.queries are PromQL: they need source: prometheus")
+        if self.source == "scrape" and self.window_s < 2 * self.interval_s:
+            raise ValueError(f"window {self.window} holds fewer than two scrapes {self.interval_s:g} s apart: "
+                             "the scrape source needs window >= 2 x interval_s")
+        return self
+
+
+class PolicySpec(Strict):
+    version: Literal[1]
+    defaults: DefaultsSpec = DefaultsSpec()
+    pools: dict[str, PoolSpec] = Field(min_length=1)
+    default_pool: str | None = None
+    domains: dict[str, DomainSpec] = {}
+    default_domain: str = "chat"
+    rules: list[RuleSpec] = Field(min_length=1)
+    overrides: OverridesSpec = OverridesSpec()
+    guard: GuardSpec = GuardSpec()
+
+
+class PolicyError(ValueError):
+    """One or more problems, each `path:line: message`."""
+
+    def __init__(self, path: str, problems: list[tuple[int, str]]) -> None:
+        self.path = path
+        self.problems = sorted(problems)
+        super().__init__("\n".join(f"{path}:{line}: {msg}" for line, msg in self.problems))
+
+
+@dataclass(frozen=True)
+class CompiledRule:
+    name: str
+    route: str
+    reason: str
+    matches: Predicate | None  # None: always
+
+
+@dataclass(frozen=True)
+class Policy:
+    spec: PolicySpec
+    source: str
+    rules: tuple[CompiledRule, ...]
+    classifier: DomainClassifier
+
+    @property
+    def pools(self) -> dict[str, PoolSpec]:
+        return self.spec.pools
+
+    @property
+    def default_pool(self) -> str:
+        return self.spec.default_pool or _first_standard(self.spec.pools)
+
+    def fallback_chain(self, pool: str) -> tuple[str, ...]:
+        return self._fallback_chains[pool]
+
+    @cached_property
+    def _fallback_chains(self) -> dict[str, tuple[str, ...]]:
+        return {name: tuple(fallback_chain(self.pools, name)) for name in self.pools}
+
+    @cached_property
+    def defaults(self) -> Defaults:
+        d = self.spec.defaults
+        return Defaults(temperature=d.temperature, top_p=d.top_p, max_tokens=d.max_tokens)
+
+
+def load_policy(path: str | os.PathLike[str]) -> Policy:
+    path = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError(path, [(1, f"cannot read policy: {exc}")]) from None
+    return parse_policy(text, path)
+
+
+def parse_policy(text: str, source: str = "<policy>") -> Policy:
+    try:
+        data, lines = load_with_lines(text)
+    except YamlError as exc:
+        raise PolicyError(source, [(exc.line, exc.message)]) from None
+    if not isinstance(data, dict):
+        raise PolicyError(source, [(1, "a policy must be a YAML mapping (version, pools, rules, ...)")])
+    try:
+        spec = PolicySpec.model_validate(data)
+    except ValidationError as exc:
+        raise PolicyError(source, [_located(err, lines) for err in exc.errors()]) from None
+    problems = [(_line_of(path, lines), f"{_dotted(path)}: {msg}") for path, msg in _check(spec)]
+    rules: list[CompiledRule] = []
+    for i, rule in enumerate(spec.rules):
+        try:
+            matches = None if rule.when is None else compile_condition(
+                rule.when, spec.pools, ("rules", i, "when"))
+        except ConditionError as exc:
+            problems.append((_line_of(exc.path, lines), f"{_dotted(exc.path)}: {exc.message}"))
+            continue
+        rules.append(CompiledRule(rule.name, rule.route, rule.reason or _describe(rule), matches))
+    if problems:
+        raise PolicyError(source, problems)
+    classifier = DomainClassifier(
+        (DomainRule(name, d.patterns, d.keywords) for name, d in spec.domains.items()),
+        default=spec.default_domain)
+    return Policy(spec=spec, source=source, rules=tuple(rules), classifier=classifier)
+
+
+def _check(spec: PolicySpec) -> list[tuple[tuple[Any, ...], str]]:
+    """Cross-field rules pydantic cannot express: names that must exist, cycles."""
+    pools = spec.pools
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    if spec.default_pool is not None and spec.default_pool not in pools:
+        problems.append((("default_pool",), f"unknown pool '{spec.default_pool}'"))
+    for name, pool in pools.items():
+        if pool.fallback is None:
+            continue
+        if pool.fallback not in pools:
+            problems.append((("pools", name, "fallback"), f"unknown pool '{pool.fallback}'"))
+        elif _fallback_cycle(name, pools):
+            problems.append((("pools", name, "fallback"),
+                             f"fallback chain from '{name}' loops: {' -> '.join(_fallback_cycle(name, pools))}"))
+    seen: dict[str, int] = {}
+    for i, rule in enumerate(spec.rules):
+        if rule.route not in pools:
+            problems.append((("rules", i, "route"),
+                             f"unknown pool '{rule.route}' (pools: {', '.join(pools)})"))
+        if rule.name in seen:
+            problems.append((("rules", i, "name"),
+                             f"duplicate rule name '{rule.name}' (also rules[{seen[rule.name]}])"))
+        seen.setdefault(rule.name, i)
+    return problems
+
+
+def fallback_chain(pools: dict[str, PoolSpec], pool: str) -> list[str]:
+    """`pool`, then its fallback, that one's fallback, ...: each pool once, and
+    only pools that exist. The one walk of a chain: routing and the proxy use it."""
+    chain = [pool]
+    while (fallback := pools[chain[-1]].fallback) in pools and fallback not in chain:
+        chain.append(fallback)
+    return chain
+
+
+def _fallback_cycle(start: str, pools: dict[str, PoolSpec]) -> list[str]:
+    """The loop through `start`, e.g. [a, b, a]; [] when its chain does not come back to it."""
+    chain = fallback_chain(pools, start)
+    return [*chain, start] if pools[chain[-1]].fallback == start else []
+
+
+def _first_standard(pools: dict[str, PoolSpec]) -> str:
+    return next((name for name, p in pools.items() if p.kind == "standard"), next(iter(pools)))
+
+
+def _describe(rule: RuleSpec) -> str:
+    return f"matched {rule.when}" if rule.when else "catch-all"
+
+
+def _located(err: Any, lines: dict[tuple[Any, ...], int]) -> tuple[int, str]:
+    loc = tuple(err["loc"])
+    message = err["msg"]
+    if err["type"] == "extra_forbidden":
+        message = "unknown key (not part of the policy schema)"
+    elif err["type"] == "missing":
+        message = "required field is missing"
+    return _line_of(loc, lines), f"{_dotted(loc)}: {message}"
+
+
+def _line_of(path: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int:
+    for end in range(len(path), -1, -1):
+        if path[:end] in lines:
+            return lines[path[:end]]
+    return 1
+
+
+def _dotted(path: tuple[Any, ...]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<top>"

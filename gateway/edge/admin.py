@@ -1,0 +1,115 @@
+"""Admin API: bearer token required; disabled (403) when no token is set."""
+
+from __future__ import annotations
+
+import hmac
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway.edge.endpoints import ProxyEndpoints, read_body
+from gateway.errors import Forbidden, InvalidRequest, NotFound
+from gateway.decide.features import parse_json_body
+from gateway.flags import FlagStore, Mode
+from gateway.decide.policy import PolicyError
+from gateway.control.reload import PolicyReloader
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class AdminAPI:
+    def __init__(self, token: str | None, proxy: ProxyEndpoints, flags: FlagStore,
+                 reloader: PolicyReloader, guard_status: Callable[[], dict[str, Any]] | None = None) -> None:
+        self.guard_status = guard_status
+        self._token = token.encode() if token else None
+        self.proxy = proxy
+        self.flags = flags
+        self.reloader = reloader
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/admin/explain", self._guarded(self.explain), methods=["POST"]),
+            Route("/admin/flags", self._guarded(self.get_flags), methods=["GET"]),
+            Route("/admin/flags/{pool}", self._guarded(self.put_flag), methods=["PUT"]),
+            Route("/admin/guard", self._guarded(self.get_guard), methods=["GET"]),
+            Route("/admin/policy", self._guarded(self.get_policy), methods=["GET"]),
+            Route("/admin/policy/reload", self._guarded(self.reload), methods=["POST"]),
+        ]
+
+    def _guarded(self, handler: Handler) -> Handler:
+        async def guarded(request: Request) -> Response:
+            self._authorize(request)
+            return await handler(request)
+        return guarded
+
+    def _authorize(self, request: Request) -> None:
+        if self._token is None:
+            raise Forbidden("the admin API is disabled: set SPECGATE_ADMIN_TOKEN to enable it")
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
+            raise Forbidden("admin token missing or wrong (Authorization: Bearer <token>)")
+
+    async def explain(self, request: Request) -> Response:
+        body = parse_json_body(await read_body(request, self.proxy.settings.max_body_bytes,
+                                               self.proxy.settings.body_timeout_s))
+        path = request.query_params.get("endpoint", "chat")
+        endpoint = "completions" if path in ("completions", "/v1/completions") else "chat"
+        if endpoint == "chat" and "messages" not in body and "prompt" in body:
+            endpoint = "completions"
+        routed = self.proxy.route(body, endpoint, request.headers)
+        return _json(routed.decision.to_json(routed.features, self.flags.snapshot()))
+
+    async def get_flags(self, request: Request) -> Response:
+        return _json({name: flag.to_json() for name, flag in self.flags.snapshot().items()})
+
+    async def put_flag(self, request: Request) -> Response:
+        pool = request.path_params["pool"]
+        if pool not in self.flags.snapshot():
+            raise NotFound(f"unknown pool '{pool}'")
+        body = parse_json_body(await read_body(request, 4096, self.proxy.settings.body_timeout_s))
+        try:
+            mode = Mode(body.get("mode"))
+        except ValueError:
+            raise InvalidRequest("'mode' must be one of auto, force_on, force_off", param="mode") from None
+        flag = self.flags.set_mode(pool, mode, reason=f"admin:{mode.value}")
+        return _json({pool: flag.to_json()})
+
+    async def get_guard(self, request: Request) -> Response:
+        """The guard's last signals and state machine counters, per speculative pool."""
+        if self.guard_status is None:
+            raise NotFound("this gateway runs no guard")
+        return _json(self.guard_status())
+
+    async def get_policy(self, request: Request) -> Response:
+        policy = self.proxy.runtime.policy
+        return _json({"source": policy.source, "policy": policy.spec.model_dump(mode="json"),
+                      "last_reload_error": self.reloader.last_error})
+
+    async def reload(self, request: Request) -> Response:
+        try:
+            policy = self.reloader.reload()
+        except PolicyError as exc:
+            raise InvalidRequest(f"policy rejected, the previous one keeps serving: {exc}",
+                                 code="policy_invalid") from None
+        return JSONResponse({"status": "applied", "source": policy.source,
+                             "pools": list(policy.pools), "rules": [r.name for r in policy.rules]})
+
+
+def _json(content: Any) -> JSONResponse:
+    """A JSON answer in which NaN and infinities read null: JSON has no such numbers,
+    and a state that holds one must not turn an admin read into an error."""
+    return JSONResponse(_finite(content))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value

@@ -1,8 +1,0 @@
-"""Where the guard's numbers come from: Prometheus or the backends' /metrics."""
-
-from gateway.signals.model import DIALECTS, PoolSignals, SignalError, Target, address, finite, settle
-from gateway.signals.prometheus import PrometheusSource
-from gateway.signals.scrape import ScrapeSource
-
-__all__ = ["DIALECTS", "PoolSignals", "PrometheusSource", "ScrapeSource", "SignalError", "Target", "address",
-           "finite", "settle"]

@@ -1,0 +1,209 @@
+"""Backend pools at run time: endpoints, their health, and picking one.
+
+Picking is least-outstanding-requests with two random choices drawn by
+weight. An endpoint leaves rotation when its active health check fails or
+after `eject_after` consecutive request failures (passive ejection, with
+exponential back-off). When an ejection's back-off ends the endpoint is
+half-open: exactly one request may try it; success restores it, failure
+ejects it again for twice as long, and a neutral release (the client left
+before the answer began: nothing was learnt) lets the next request try. If
+nothing in a pool is available the caller may ask for the least-bad
+endpoint instead of failing everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import httpx
+
+from gateway.errors import NoHealthyBackend
+from gateway.decide.policy import PoolSpec
+
+
+@dataclass(eq=False)
+class Endpoint:
+    url: str
+    weight: float
+    max_in_flight: int | None
+    outstanding: int = 0
+    healthy: bool = True  # last active health check
+    failures: int = 0  # consecutive request failures
+    ejected_until: float = 0.0
+    backoff_s: float = 0.0
+    trial_in_flight: bool = False  # the one request allowed while half-open
+    _urls: dict[str, httpx.URL] = field(default_factory=dict, repr=False)
+
+    def url_for(self, path: str) -> httpx.URL:
+        """The parsed URL of `path` on this endpoint. Parsing a URL is a visible
+        share of a proxied request's cost, and the hot paths repeat: cache a few."""
+        url = self._urls.get(path)
+        if url is None:
+            url = httpx.URL(self.url + path)
+            if len(self._urls) < 16 and "?" not in path:
+                self._urls[path] = url
+        return url
+
+    def ejected(self) -> bool:
+        return self.ejected_until > 0.0
+
+    def full(self) -> bool:
+        return self.max_in_flight is not None and self.outstanding >= self.max_in_flight
+
+    def available(self, now: float) -> bool:
+        if not self.healthy or self.full():
+            return False
+        if not self.ejected():
+            return True
+        return now >= self.ejected_until and not self.trial_in_flight
+
+
+@dataclass(eq=False)
+class Lease:
+    """One request's hold on an endpoint: release it exactly once. `ok` is what
+    the request says of the endpoint: True worked, False failed, None nothing."""
+    pool: Pool
+    endpoint: Endpoint
+    trial: bool
+    released: bool = field(default=False)
+
+    def release(self, ok: bool | None) -> None:
+        if self.released:
+            return
+        self.released = True
+        self.pool.release(self, ok)
+
+
+class Pool:
+    def __init__(self, name: str, spec: PoolSpec, clock: Callable[[], float] = time.monotonic,
+                 rng: random.Random | None = None) -> None:
+        self.name = name
+        self.spec = spec
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.endpoints = [Endpoint(e.url, e.weight, e.max_in_flight or spec.max_in_flight)
+                          for e in spec.endpoints]
+        self.in_flight = 0  # requests this gateway has open on the pool
+        self.reported_load = 0  # running + waiting, as the backends report it
+        self.on_health_change: Callable[[Endpoint], None] = lambda endpoint: None
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    def load(self) -> int:
+        return max(self.in_flight, self.reported_load)
+
+    def has_available(self) -> bool:
+        now = self.clock()
+        return any(e.available(now) for e in self.endpoints)
+
+    def acquire(self, exclude: Iterable[Endpoint] = (), degraded: bool = False) -> Lease:
+        """Lease an endpoint; `degraded` allows the least-bad one when none is available."""
+        skip = set(exclude)
+        now = self.clock()
+        candidates = [e for e in self.endpoints if e not in skip and e.available(now)]
+        if candidates:
+            endpoint = self._two_choices(candidates)
+        elif degraded:
+            endpoint = self._least_bad([e for e in self.endpoints if e not in skip and not e.full()])
+        else:
+            raise NoHealthyBackend(f"pool '{self.name}' has no healthy endpoint")
+        trial = endpoint.ejected()
+        if trial:
+            endpoint.trial_in_flight = True
+        endpoint.outstanding += 1
+        self.in_flight += 1
+        return Lease(self, endpoint, trial)
+
+    def release(self, lease: Lease, ok: bool | None) -> None:
+        endpoint = lease.endpoint
+        endpoint.outstanding -= 1
+        self.in_flight -= 1
+        if lease.trial:
+            endpoint.trial_in_flight = False
+        if ok is True:
+            self._succeeded(endpoint)
+        elif ok is False:
+            self._failed(endpoint)
+
+    def set_health(self, endpoint: Endpoint, healthy: bool) -> None:
+        if endpoint.healthy != healthy:
+            endpoint.healthy = healthy
+            self.on_health_change(endpoint)
+
+    def _succeeded(self, endpoint: Endpoint) -> None:
+        was_ejected = endpoint.ejected()
+        endpoint.failures = 0
+        endpoint.ejected_until = 0.0
+        endpoint.backoff_s = 0.0
+        if was_ejected:
+            self.on_health_change(endpoint)
+
+    def _failed(self, endpoint: Endpoint) -> None:
+        endpoint.failures += 1
+        health = self.spec.health
+        if endpoint.ejected() or endpoint.failures >= health.eject_after:
+            was_ejected = endpoint.ejected()
+            endpoint.backoff_s = min(health.max_backoff_s,
+                                     endpoint.backoff_s * 2 if endpoint.backoff_s else health.backoff_s)
+            endpoint.ejected_until = self.clock() + endpoint.backoff_s
+            if not was_ejected:
+                self.on_health_change(endpoint)
+
+    def _two_choices(self, candidates: list[Endpoint]) -> Endpoint:
+        if len(candidates) == 1:
+            return candidates[0]
+        weights = [e.weight for e in candidates]
+        a, b = self.rng.choices(candidates, weights=weights, k=2)
+        return a if (a.outstanding + 1) / a.weight <= (b.outstanding + 1) / b.weight else b
+
+    def _least_bad(self, endpoints: list[Endpoint]) -> Endpoint:
+        if not endpoints:
+            raise NoHealthyBackend(f"pool '{self.name}' is at its in-flight limit")
+        return min(endpoints, key=lambda e: (not e.healthy, e.ejected_until, e.failures, e.outstanding))
+
+
+class HealthMonitor:
+    """Active health checks: one task per pool, polling every endpoint's health path."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+        self._tasks: dict[Pool, asyncio.Task[None]] = {}
+
+    def watch(self, pools: Iterable[Pool]) -> None:
+        """Check exactly these pools from now on (start new ones, stop dropped ones)."""
+        wanted = set(pools)
+        for pool in list(self._tasks):
+            if pool not in wanted:
+                self._tasks.pop(pool).cancel()
+        for pool in wanted - self._tasks.keys():
+            self._tasks[pool] = asyncio.get_running_loop().create_task(self._run(pool))
+
+    async def stop(self) -> None:
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def check(self, pool: Pool) -> None:
+        await asyncio.gather(*(self._check(pool, endpoint) for endpoint in pool.endpoints))
+
+    async def _run(self, pool: Pool) -> None:
+        while True:
+            await self.check(pool)
+            await asyncio.sleep(pool.spec.health.interval_s)
+
+    async def _check(self, pool: Pool, endpoint: Endpoint) -> None:
+        timeout = min(pool.spec.health.interval_s, pool.spec.timeouts.connect_s)
+        try:
+            response = await self.client.get(endpoint.url + pool.spec.health.path, timeout=timeout)
+            healthy = response.status_code == 200
+        except httpx.HTTPError:
+            healthy = False
+        pool.set_health(endpoint, healthy)

@@ -1,0 +1,259 @@
+"""Forwarding to a pool, with retries before the first byte and the pool's
+fallback chain after them.
+
+`Forwarder.open` sends the request to an endpoint of the pool and returns
+once response headers arrive. Connect errors and 429/502/503/504 answers are
+retried on another endpoint while attempts and the pool's retry budget last.
+`Forwarder.open_first` walks a pool's fallback chain: a pool that cannot take
+the request (no endpoint free, unreachable, 429/502/503 after its retries)
+hands it to the next. Nothing is retried once a byte has gone to the client
+(see relay.py).
+
+Every lease is taken through the request's `Claim`, the one owner of what the
+request holds upstream (a lease, a response): giving the claim back returns
+them whatever raised on the way.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from gateway.errors import InvalidRequest, NoHealthyBackend, UpstreamTimeout, UpstreamUnreachable
+from gateway.upstream.pools import Endpoint, Lease, Pool
+
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te",
+    "trailer", "trailers", "transfer-encoding", "upgrade", "host", "content-length",
+})
+# `Expect` is answered by the gateway's own server (100-continue) and never sent on.
+REQUEST_DROP = HOP_BY_HOP | {"expect"}
+# Also dropped from responses: the gateway's own server sets these.
+RESPONSE_DROP = HOP_BY_HOP | {"date", "server"}
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+# After its retries, a pool answering these passes the request down its fallback chain.
+FALLBACK_STATUSES = frozenset({429, 502, 503})
+# What an HTTP/1.1 header value may carry on its way upstream: tab and visible ASCII.
+UNSENDABLE = re.compile(r"[^\t\x20-\x7e]")
+
+
+def connection_named(values: Iterable[str]) -> set[str]:
+    """The header names a message's `Connection` headers list: hop-by-hop for
+    that message as well (RFC 9110, section 7.6.1)."""
+    return {token.strip().lower() for value in values for token in value.split(",") if token.strip()}
+
+
+def request_headers(headers: Iterable[tuple[str, str]], extra: dict[str, str]) -> list[tuple[str, str]]:
+    """Headers for the backend: the client's, less hop-by-hop and routing ones, plus `extra`.
+
+    A header value with a byte >= 0x80 or a control character is refused (400
+    naming the header), not dropped: dropping would send on a request other
+    than the one the client made (an authorization, idempotency or tracing
+    header gone without a word) and hide the client's bug.
+    """
+    headers = list(headers)
+    named = connection_named(v for k, v in headers if k.lower() == "connection")
+    kept = []
+    for key, value in headers:
+        name = key.lower()
+        if name in REQUEST_DROP or name in extra or name in named or name.startswith("x-specgate-"):
+            continue
+        # two C calls settle nearly every value; the pattern only those they do not
+        if not (value.isascii() and value.isprintable()) and UNSENDABLE.search(value):
+            raise InvalidRequest(f"header '{name}' holds a byte that cannot be forwarded "
+                                 "(non-ASCII or a control character)", param=name)
+        kept.append((key, value))
+    return kept + list(extra.items())
+
+
+def response_headers(headers: httpx.Headers, extra: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    """The backend's headers less hop-by-hop ones (those its `Connection` names
+    too) and less those the gateway sets itself: `extra` replaces them."""
+    raw = headers.raw
+    named = connection_named(v.decode("latin-1") for k, v in raw if k.lower() == b"connection")
+    kept = [(k.lower(), v) for k, v in raw
+            if (name := k.lower().decode("latin-1")) not in RESPONSE_DROP and name not in extra
+            and name not in named]
+    return kept + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
+
+
+class RetryBudget:
+    """Retries may add at most `ratio` of the requests sent, plus a small reserve."""
+
+    def __init__(self, ratio: float, reserve: float = 10.0) -> None:
+        self.ratio = ratio
+        self.reserve = reserve
+        self.balance = reserve
+
+    def deposit(self) -> None:
+        self.balance = min(self.reserve + 100 * self.ratio, self.balance + self.ratio)
+
+    def withdraw(self) -> bool:
+        if self.balance >= 1.0:
+            self.balance -= 1.0
+            return True
+        return False
+
+
+class Claim:
+    """What one request holds upstream, with a single owner: at most one lease
+    and the response it got. `give_back(ok)` closes the response and releases
+    the lease (`ok`: True worked, False failed, None says nothing of the
+    endpoint); the owner calls it once more at the end, whatever raised.
+
+    `on_lease(pool, +1 | -1)` follows every lease taken and given back (the
+    in-flight gauge), so the gauge and `Pool.in_flight` always agree.
+    `pool` is the pool tried last and `fallback` why the request left the
+    pool it was routed to, if it did.
+    """
+
+    def __init__(self, on_lease: Callable[[Pool, int], None] = lambda pool, delta: None) -> None:
+        self.on_lease = on_lease
+        self.lease: Lease | None = None
+        self.response: httpx.Response | None = None
+        self.pool: Pool | None = None
+        self.fallback: str | None = None
+
+    def take(self, pool: Pool, exclude: Iterable[Endpoint], degraded: bool) -> Lease:
+        if self.lease is not None:
+            raise RuntimeError("a claim holds one lease at a time: give it back first")
+        lease = self.lease = pool.acquire(exclude=exclude, degraded=degraded)
+        self.on_lease(pool, 1)
+        return lease
+
+    async def give_back(self, ok: bool | None) -> None:
+        response, self.response = self.response, None
+        lease, self.lease = self.lease, None
+        try:
+            if response is not None:
+                await response.aclose()
+        finally:
+            if lease is not None:
+                try:
+                    lease.release(ok)
+                finally:
+                    self.on_lease(lease.pool, -1)
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """The request as one pool gets it."""
+    path: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    header_timeout_s: float
+    deadline: float | None = None  # event-loop time; bounds the whole exchange, body included
+    method: str = "POST"
+
+
+@dataclass
+class Opened:
+    response: httpx.Response
+    lease: Lease
+    ttfb_s: float
+
+
+class Forwarder:
+    def __init__(self, transport_for: Callable[[Pool], httpx.AsyncBaseTransport],
+                 budget_for: Callable[[Pool], RetryBudget],
+                 on_error: Callable[[Pool, str], None], on_retry: Callable[[Pool], None]) -> None:
+        self.transport_for = transport_for
+        self.budget_for = budget_for
+        self.on_error = on_error
+        self.on_retry = on_retry
+
+    async def open_first(self, pools: Sequence[Pool], outbound: Callable[[Pool], Outbound],
+                         claim: Claim, degraded: bool = False) -> Opened:
+        """Open on the first of `pools` (a pool, then its fallback chain) that takes
+        the request; the last one's answer or error stands. Nothing has reached
+        the client yet, so moving on costs it nothing."""
+        for i, pool in enumerate(pools):
+            last = i == len(pools) - 1
+            try:
+                opened = await self.open(pool, outbound(pool), claim, degraded=degraded)
+            except (NoHealthyBackend, UpstreamUnreachable) as exc:
+                if last:
+                    raise
+                claim.fallback = claim.fallback or _why(exc)
+                continue
+            status = opened.response.status_code
+            if last or status not in FALLBACK_STATUSES:
+                return opened
+            await claim.give_back(ok=status == 429)  # busy is not broken
+            self.on_error(pool, f"status_{status}")
+            claim.fallback = claim.fallback or f"status_{status}"
+        raise NoHealthyBackend("no pool to send the request to")
+
+    async def open(self, pool: Pool, outbound: Outbound, claim: Claim, *, degraded: bool = False) -> Opened:
+        claim.pool = pool
+        transport = self.transport_for(pool)
+        t = pool.spec.timeouts
+        # The transport applies "read" to the wait for headers and to every later read:
+        # no separate timer per request on the hot path.
+        timeouts = {"connect": t.connect_s, "read": outbound.header_timeout_s, "write": t.connect_s,
+                    "pool": t.first_byte_s}
+        budget = self.budget_for(pool)
+        tried: list[Endpoint] = []
+        started = time.perf_counter()
+        attempts = pool.spec.retry.attempts
+        while True:
+            lease = claim.take(pool, exclude=tried, degraded=degraded)
+            if not tried:
+                budget.deposit()
+            tried.append(lease.endpoint)
+            request = _request(outbound, lease.endpoint, timeouts)
+            try:
+                response = await transport.handle_async_request(request)
+            except (httpx.ReadTimeout, httpx.PoolTimeout):
+                await claim.give_back(ok=False)
+                self.on_error(pool, "timeout")
+                raise UpstreamTimeout(f"pool '{pool.name}' sent no response within "
+                                      f"{outbound.header_timeout_s:g} s") from None
+            except httpx.TransportError as exc:
+                await claim.give_back(ok=False)
+                self.on_error(pool, "connect")
+                if not self._may_retry(pool, tried, attempts, budget, degraded):
+                    raise UpstreamUnreachable(f"pool '{pool.name}' is unreachable after {len(tried)} "
+                                              f"attempt(s): {type(exc).__name__}") from None
+                continue
+            claim.response = response
+            if response.status_code in RETRY_STATUSES and self._may_retry(pool, tried, attempts, budget,
+                                                                          degraded):
+                await claim.give_back(ok=response.status_code == 429)  # busy is not broken
+                self.on_error(pool, f"status_{response.status_code}")
+                continue
+            return Opened(response, lease, time.perf_counter() - started)
+
+    def _may_retry(self, pool: Pool, tried: list[Endpoint], attempts: int, budget: RetryBudget,
+                   degraded: bool = False) -> bool:
+        """Another attempt needs attempts left, an endpoint not tried yet that is
+        available (an ejected one waits for its back-off; in degraded mode any
+        endpoint not full will do), and budget."""
+        now = pool.clock()
+        usable = [e for e in pool.endpoints if e not in tried
+                  and (not e.full() if degraded else e.available(now))]
+        if len(tried) >= attempts or not usable:
+            return False
+        if not budget.withdraw():
+            return False
+        self.on_retry(pool)
+        return True
+
+
+def _request(outbound: Outbound, endpoint: Endpoint, timeouts: dict[str, float]) -> httpx.Request:
+    """The httpx request, or a 400 when httpx cannot send it (a URL it refuses,
+    a header it cannot encode); the edge checks for these first."""
+    try:
+        return httpx.Request(outbound.method, endpoint.url_for(outbound.path), headers=outbound.headers,
+                             content=outbound.body,
+                             extensions={"timeout": timeouts, "deadline": outbound.deadline})
+    except (httpx.InvalidURL, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        raise InvalidRequest(f"the request cannot be forwarded: {exc}") from None
+
+
+def _why(exc: NoHealthyBackend | UpstreamUnreachable) -> str:
+    return "unreachable" if isinstance(exc, UpstreamUnreachable) else "no_capacity"

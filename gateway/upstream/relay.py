@@ -1,0 +1,325 @@
+"""One exchange with a backend, as an ASGI app: open, relay, record.
+
+`Exchange` watches the client for the whole exchange with one task: if the
+client goes away while the backend is still thinking (before headers) or
+while the answer is relayed, the upstream request is cancelled at once. A
+client that stops reading is cut the same way once one write to it has
+waited `write_s` (one timer per exchange, not one per write). Server-sent
+events are relayed chunk by chunk as they arrive; while the first chunk is
+awaited an SSE comment goes out every `keepalive_s` so idle-timeout proxies
+keep the connection. An answer that breaks after its first byte ends with an
+error event, the way vLLM reports errors mid-stream. The exchange's `Claim`
+is given back at its end, whatever happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import httpx
+from starlette.types import Message, Receive, Scope, Send
+
+from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from gateway.upstream.proxy import Claim, Opened, response_headers
+from gateway.decide.traffic import DONE
+
+# An ASGI extension the server may put in the scope: a callable that resets the
+# client connection at once (a graceful close waits for buffers a stalled client never drains).
+ABORT_EXTENSION = "specgate.abort"
+CLIENT_CLOSED = 499  # nginx's code for "the client went away first"
+KEEPALIVE_COMMENT = b": keepalive\n\n"
+LAST_EVENTS = (DONE + b"\n\n", DONE + b"\r\n\r\n")  # how an OpenAI stream ends
+SSE = "text/event-stream"
+
+
+@dataclass(frozen=True)
+class RelayTimeouts:
+    first_chunk_s: float  # streams: first body chunk after the headers
+    keepalive_s: float
+    write_s: float  # one write to the client; longer and the client is cut
+
+
+@dataclass
+class Outcome:
+    status: int  # what the books say: the upstream status, 499, or the error's status
+    claim: Claim = field(default_factory=Claim)
+    ok: bool = False  # the upstream answer reached the client whole
+    delivered: bool = False  # the stream's [DONE] event went out: the client may leave now
+    stalled: bool = False  # the client stopped reading and was cut
+    opened: Opened | None = None
+    error: GatewayError | None = None
+
+    def verdict(self) -> bool | None:
+        """What the exchange says of its endpoint: None when the answer never
+        began (the client left first, or the request never went out whole)."""
+        if self.opened is None:
+            return None
+        # a 5xx answer is a failure of the endpoint even when it reached the client whole
+        return self.error is None and self.status < 500
+
+
+class _Cut:
+    """Cancels the task it was made in, and knows whether it did."""
+
+    def __init__(self) -> None:
+        self.fired = False
+        self._task = asyncio.current_task()
+
+    def _fire(self) -> None:
+        if self._task is not None:
+            self.fired = True
+            self._task.cancel()
+
+    def absorb(self) -> bool:
+        """In an `except CancelledError`: True if the cancellation was this one's."""
+        if self.fired and self._task is not None:
+            self._task.uncancel()
+            return True
+        return False
+
+
+class ClientWatch(_Cut):
+    """Cancels the current task when the client disconnects; one watcher task."""
+
+    def __init__(self, receive: Receive) -> None:
+        super().__init__()
+        self._closed = False
+        self._watcher = asyncio.ensure_future(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not self._closed:
+            self._fire()
+
+    def close(self) -> None:
+        self._closed = True
+        self._watcher.cancel()
+
+
+class WriteWatch(_Cut):
+    """Cancels the current task when one write to the client has waited
+    `timeout_s`: the client stopped reading, and must not hold the backend.
+    A write only notes when it began; one timer checks now and then."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__()
+        self.timeout_s = timeout_s
+        self._since: float | None = None  # when the write under way began
+        self._loop = asyncio.get_running_loop()
+        self._timer = self._loop.call_later(timeout_s, self._check)
+
+    def bound(self, send: Send) -> Send:
+        async def bounded_send(message: Message) -> None:
+            self._since = self._loop.time()
+            try:
+                await send(message)
+            finally:
+                self._since = None
+        return bounded_send
+
+    def _check(self) -> None:
+        since, now = self._since, self._loop.time()
+        if since is not None and now - since >= self.timeout_s:
+            self._fire()
+            return
+        due = self.timeout_s if since is None else since + self.timeout_s - now
+        self._timer = self._loop.call_later(due, self._check)
+
+    def close(self) -> None:
+        self._timer.cancel()
+
+
+class Exchange:
+    """`open_upstream(claim)` opens the backend's answer, leasing through `claim`;
+    `headers(claim)` are the gateway's own response headers (they name the pool
+    the claim ended on); `finish(outcome)` records the exchange once."""
+
+    def __init__(self, open_upstream: Callable[[Claim], Awaitable[Opened]],
+                 headers: Callable[[Claim], dict[str, str]], timeouts: RelayTimeouts,
+                 finish: Callable[[Outcome], None], claim: Claim | None = None) -> None:
+        self.open_upstream = open_upstream
+        self.headers = headers
+        self.timeouts = timeouts
+        self.finish = finish
+        self.claim = claim or Claim()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watch = ClientWatch(receive)
+        writes = WriteWatch(self.timeouts.write_s)
+        outcome = Outcome(CLIENT_CLOSED, self.claim)
+        ok: bool | None = None  # whatever raises through here says nothing of the endpoint
+        try:
+            await self._exchange(writes.bound(send), outcome)
+            ok = outcome.verdict()
+        except asyncio.CancelledError:
+            stalled = writes.absorb()
+            if not (watch.absorb() or stalled):
+                raise
+            if stalled:
+                _abort_client(scope)
+            # a client that closes once it has read [DONE] had the whole answer
+            outcome.ok, outcome.stalled = outcome.delivered, stalled
+            if not outcome.delivered:
+                outcome.status = CLIENT_CLOSED
+            ok = outcome.verdict()
+        finally:
+            watch.close()
+            writes.close()
+            try:
+                await self.claim.give_back(ok)
+            finally:
+                self.finish(outcome)
+
+    async def _exchange(self, send: Send, outcome: Outcome) -> None:
+        try:
+            opened = await self.open_upstream(self.claim)
+        except GatewayError as exc:
+            outcome.status, outcome.error = exc.status_code, exc
+            await _send_envelope(send, exc, self.headers(self.claim))
+            return
+        outcome.status, outcome.opened = opened.response.status_code, opened
+        if opened.response.headers.get("content-type", "").startswith(SSE):
+            await self._relay_stream(send, opened, outcome)
+        else:
+            await self._relay_body(send, opened, outcome)
+
+    async def _relay_body(self, send: Send, opened: Opened, outcome: Outcome) -> None:
+        response = opened.response
+        try:  # each read is bounded by the transport's read timeout
+            content = await response.aread()
+        except httpx.HTTPError as exc:
+            error = _upstream_error(exc)
+            outcome.status, outcome.error = error.status_code, error
+            await _send_envelope(send, error, self.headers(self.claim))
+            return
+        headers = response_headers(response.headers, self.headers(self.claim))
+        headers.append((b"content-length", str(len(content)).encode()))
+        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        await send({"type": "http.response.body", "body": content, "more_body": False})
+        outcome.ok = True
+
+    async def _relay_stream(self, send: Send, opened: Opened, outcome: Outcome) -> None:
+        response = opened.response
+        await send({"type": "http.response.start", "status": response.status_code,
+                    "headers": response_headers(response.headers, self.headers(self.claim))})
+        chunks = response.aiter_raw()
+        events = _EventSplitter()
+        try:  # the transport holds every read to the request's deadline
+            first = await self._first_chunk(chunks, send)
+            if first:
+                await self._send_events(send, events.feed(first), outcome)
+                async for chunk in chunks:
+                    await self._send_events(send, events.feed(chunk), outcome)
+        except (httpx.HTTPError, TimeoutError) as exc:
+            # Only whole events went out, so the error event is one the client can parse.
+            error = _upstream_error(exc)
+            outcome.status, outcome.error = error.status_code, error
+            payload = b"data: " + json.dumps(error.body()).encode() + b"\n\n"
+            await send({"type": "http.response.body", "body": payload, "more_body": False})
+            return
+        await send({"type": "http.response.body", "body": events.rest(), "more_body": False})
+        outcome.ok = True
+
+    @staticmethod
+    async def _send_events(send: Send, body: bytes, outcome: Outcome) -> None:
+        if body:
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+            outcome.delivered = body.endswith(LAST_EVENTS)
+
+    async def _first_chunk(self, chunks: AsyncIterator[bytes], send: Send) -> bytes:
+        """Await the first chunk in this task while a timer sends keepalive comments."""
+        keepalive = _Keepalive(send, self.timeouts.keepalive_s)
+        try:
+            async with asyncio.timeout(self.timeouts.first_chunk_s):
+                return await anext(chunks, b"")
+        except asyncio.CancelledError:
+            keepalive.drop()  # the relay ends here (the client left or stopped reading)
+            raise
+        finally:
+            await keepalive.stop()
+
+
+class _Keepalive:
+    """Sends an SSE comment every `interval` seconds until stopped. A timer
+    rather than a task: most first tokens come before the first tick, and
+    then this costs one scheduled callback."""
+
+    def __init__(self, send: Send, interval: float) -> None:
+        self.send = send
+        self.interval = interval
+        self.loop = asyncio.get_running_loop()
+        self.sending: asyncio.Future[None] | None = None
+        self.timer = self.loop.call_later(interval, self._tick)
+
+    def _tick(self) -> None:
+        if self.sending is None or self.sending.done():
+            message = {"type": "http.response.body", "body": KEEPALIVE_COMMENT, "more_body": True}
+            self.sending = asyncio.ensure_future(self.send(message))
+        self.timer = self.loop.call_later(self.interval, self._tick)
+
+    async def stop(self) -> None:
+        self.timer.cancel()
+        if self.sending is not None and not self.sending.done():
+            try:
+                await asyncio.shield(self.sending)  # the relay's next send must not overlap it
+            except asyncio.CancelledError:
+                self.drop()
+                raise
+
+    def drop(self) -> None:
+        """Stop at once, and drop a comment not written yet: the relay is ending."""
+        self.timer.cancel()
+        if self.sending is not None:
+            self.sending.cancel()
+            self.sending = None
+
+
+class _EventSplitter:
+    """Passes on whole server-sent events as soon as they are complete and keeps
+    a trailing partial event back, so a stream that breaks never leaves the
+    client half an event (which it could not parse)."""
+
+    MAX_PENDING = 1 << 20  # an "event" this large is not SSE: pass it on as it is
+
+    def __init__(self) -> None:
+        self.pending = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self.pending + chunk if self.pending else chunk
+        lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
+        end = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+        if not end:
+            if len(data) < self.MAX_PENDING:
+                self.pending = data
+                return b""
+            end = len(data)
+        self.pending = data[end:]
+        return data[:end]
+
+    def rest(self) -> bytes:
+        rest, self.pending = self.pending, b""
+        return rest
+
+
+def _abort_client(scope: Scope) -> None:
+    abort = scope.get("extensions", {}).get(ABORT_EXTENSION)
+    if abort is not None:
+        abort()
+
+
+def _upstream_error(exc: BaseException) -> UpstreamError:
+    if isinstance(exc, (TimeoutError, httpx.TimeoutException)):
+        return UpstreamTimeout("the backend stopped sending within the pool's timeout")
+    return UpstreamUnreachable(f"the backend connection broke: {type(exc).__name__}")
+
+
+async def _send_envelope(send: Send, error: GatewayError, headers: dict[str, str]) -> None:
+    payload = json.dumps(error.body()).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    raw += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in {**headers, **error.headers}.items()]
+    await send({"type": "http.response.start", "status": error.status_code, "headers": raw})
+    await send({"type": "http.response.body", "body": payload, "more_body": False})

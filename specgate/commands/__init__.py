@@ -1,0 +1,1 @@
+"""One module per `specgate` subcommand (see specgate/cli.py)."""

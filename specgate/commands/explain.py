@@ -1,0 +1,58 @@
+"""Print the routing decision for a request body as JSON, sending nothing upstream.
+
+Example: specgate explain --policy policies/default.yaml request.json --load speculative=9
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _load_pair(text: str) -> tuple[str, int]:
+    pool, sep, count = text.partition("=")
+    if not sep or not count.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected POOL=N, got {text!r}")
+    return pool.strip(), int(count)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy", type=Path, help="policy YAML (default: policies/default.yaml)")
+    parser.add_argument("request", help="request body JSON file ('-' for stdin)")
+    parser.add_argument("--load", type=_load_pair, action="append", default=[], metavar="POOL=N",
+                        help="requests in flight on a pool (repeatable)")
+    parser.add_argument("--endpoint", choices=["chat", "completions"],
+                        help="API the body is for (default: chat when it has messages)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from gateway.errors import GatewayError
+    from gateway.decide.features import extract_features, parse_json_body
+    from gateway.flags import FlagStore
+    from gateway.decide.policy import PolicyError, load_policy
+    from gateway.decide.routing import decide
+    from gateway.settings import default_policy_path
+
+    try:
+        policy = load_policy(args.policy or default_policy_path())
+    except PolicyError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    unknown = [pool for pool, _ in args.load if pool not in policy.pools]
+    if unknown:
+        print(f"--load names unknown pool(s): {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    raw = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
+    try:
+        body = parse_json_body(raw)
+        endpoint = args.endpoint or ("chat" if "messages" in body else "completions")
+        load = {name: 0 for name in policy.pools} | dict(args.load)
+        features = extract_features(body, endpoint, policy.defaults, policy.classifier, load)
+    except GatewayError as exc:
+        print(f"{args.request}: {exc.message}", file=sys.stderr)
+        return 1
+    flags = FlagStore(name for name, p in policy.pools.items() if p.kind == "speculative").snapshot()
+    print(json.dumps(decide(features, policy, flags).to_json(features, flags), indent=2))
+    return 0

@@ -1,0 +1,121 @@
+"""Benchmark OpenAI-compatible endpoints: TTFT, TPOT, E2E, throughput per concurrency.
+
+Several targets (backends, or the gateway) are measured in one run and
+interleaved: every round sends the same batch of requests to each target in
+turn, rotating which goes first, so a noisy machine hurts all alike. Writes
+OUT/results.json and PNG plots (TPOT and throughput against concurrency, one
+line per target). When a target is the gateway, results count which pool
+served each request (x-specgate-pool).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from specgate.ops.measure import Sample, summarize, timed_request
+from specgate.ops.prompts import Prompt, builtin_prompts, load_prompts
+
+
+async def run_bench(urls: Sequence[str], levels: Sequence[int], requests: int, prompts: Sequence[Prompt], *,
+                    model: str, max_tokens: int, timeout_s: float = 600.0,
+                    on_done: Callable[[Sample], None] = lambda sample: None) -> dict[str, Any]:
+    import httpx
+
+    samples: list[Sample] = []
+    walls: dict[tuple[str, int], float] = {}
+    cycle = itertools.cycle(prompts)
+    limits = httpx.Limits(max_connections=max(levels) * 2)
+    async with httpx.AsyncClient(timeout=timeout_s, limits=limits, trust_env=False) as client:
+        for level in levels:
+            rounds = max(1, -(-requests // level))
+            for number in range(rounds):
+                batch = [next(cycle) for _ in range(min(level, requests - number * level) or level)]
+                order = list(urls[number % len(urls):]) + list(urls[:number % len(urls)])
+                for url in order:
+                    started = time.perf_counter()
+                    done = await asyncio.gather(*(
+                        timed_request(client, url, prompt, model=model, max_tokens=max_tokens, target=url,
+                                      concurrency=level) for prompt in batch))
+                    walls[url, level] = walls.get((url, level), 0.0) + time.perf_counter() - started
+                    for sample in done:
+                        on_done(sample)
+                    samples.extend(done)
+    results = [{"target": url, "concurrency": level,
+                **summarize([s for s in samples if (s.target, s.concurrency) == (url, level)], walls[url, level])}
+               for level in levels for url in urls]
+    return {"model": model, "max_tokens": max_tokens, "requests_per_level": requests, "levels": list(levels),
+            "targets": list(urls), "results": results, "samples": [s.to_json() for s in samples]}
+
+
+def served_model(url: str) -> str:
+    """The first model id a server lists at /v1/models."""
+    import httpx
+
+    response = httpx.get(url.rstrip("/") + "/v1/models", timeout=30, trust_env=False)
+    response.raise_for_status()
+    return response.json()["data"][0]["id"]
+
+
+def plot(report: dict[str, Any], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for key, label, file in (("tpot", "TPOT p50 (ms)", "tpot.png"), ("throughput", "output tokens/s", "throughput.png")):
+        figure, axis = plt.subplots(figsize=(6, 4))
+        for url in report["targets"]:
+            rows = [r for r in report["results"] if r["target"] == url]
+            xs = [r["concurrency"] for r in rows]
+            ys = [(r["tpot_s"]["p50"] or 0) * 1000 if key == "tpot" else r["output_tokens_per_s"] for r in rows]
+            axis.plot(xs, ys, marker="o", label=url)
+        axis.set_xlabel("concurrency")
+        axis.set_ylabel(label)
+        axis.set_xscale("log", base=2)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+        figure.tight_layout()
+        figure.savefig(out / file, dpi=110)
+        plt.close(figure)
+        written.append(out / file)
+    return written
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", action="append", required=True, help="base URL (repeat to compare targets)")
+    parser.add_argument("--prompts", help="JSONL prompts (default: a built-in mixed set)")
+    parser.add_argument("--concurrency", default="1,8,32", help="levels, comma-separated (default: %(default)s)")
+    parser.add_argument("--requests", type=int, default=32, help="requests per level and target")
+    parser.add_argument("--max-tokens", type=int, default=128, help="unless a prompt sets its own")
+    parser.add_argument("--model", help="model name to send (default: the first model the first URL lists)")
+    parser.add_argument("--out", type=Path, default=Path("bench-out"), help="directory for results and plots")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    levels = [int(level) for level in args.concurrency.split(",")]
+    prompts = load_prompts(args.prompts) if args.prompts else builtin_prompts()
+    args.model = args.model or served_model(args.url[0])
+    total = args.requests * len(levels) * len(args.url)
+    with tqdm(total=total, unit="req", desc="bench") as bar:
+        report = asyncio.run(run_bench(args.url, levels, args.requests, prompts, model=args.model,
+                                       max_tokens=args.max_tokens, on_done=lambda sample: bar.update(1)))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(report, indent=2))
+    plot(report, args.out)
+    for row in report["results"]:
+        tpot, e2e = row["tpot_s"]["p50"], row["e2e_s"]["p50"]
+        print(f"{row['target']}  c={row['concurrency']:<4} tpot p50 {tpot * 1000 if tpot else float('nan'):7.1f} ms  "
+              f"e2e p50 {e2e or float('nan'):6.2f} s  {row['output_tokens_per_s']:7.1f} tok/s  "
+              f"errors {row['errors']}  pools {row['pools'] or '-'}")
+    print(f"wrote {args.out / 'results.json'} and plots in {args.out}")
+    return 0

@@ -1,0 +1,96 @@
+"""`specgate report`: the weekly operations report as Markdown and JSON.
+
+Reads Prometheus (the server that scrapes the gateway and the speculative
+backends) over `--since` up to `--until` (default: now); see
+`specgate.ops.weekly` for what is measured and how.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prometheus", required=True, help="Prometheus base URL, e.g. http://127.0.0.1:9090")
+    parser.add_argument("--since", default="7d", help="length of the period: 30m, 12h, 7d, 1w (default: %(default)s)")
+    parser.add_argument("--until", help="end of the period, ISO 8601 or Unix seconds (default: now)")
+    parser.add_argument("--baseline", type=Path, help="baseline JSON from `specgate baseline record` (for speedup)")
+    parser.add_argument("--step", help="spacing of the acceptance points (default: the period / 168, at least 1m)")
+    parser.add_argument("--selector", default="",
+                        help='PromQL label matcher for the speculative backends\' series, e.g. job="vllm-spec" '
+                             "(default: every series)")
+    parser.add_argument("--out", type=Path, default=Path("report"), help="directory for report.md and report.json")
+
+
+def parse_time(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _fmt(value: float | None, pattern: str = "{:.3f}") -> str:
+    return "n/a" if value is None else pattern.format(value)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    period, rate, lat = report["period"], report["acceptance"], report["latency"]
+    falls, share = report["fallbacks"], report["traffic"]
+    lines = [f"# Speculative decoding report: {period['start'][:16]} to {period['end'][:16]} UTC", "",
+             "## Acceptance", "",
+             "| average | min | max | token-weighted | draft tokens |", "|---|---|---|---|---|",
+             f"| {_fmt(rate['avg'])} | {_fmt(rate['min'])} | {_fmt(rate['max'])} | {_fmt(rate['overall'])} "
+             f"| {rate['draft_tokens']:.0f} |", "",
+             f"Points every {period['step_s']:.0f} s: rate(accepted) / rate(draft).", "",
+             "## Latency", "",
+             f"- E2E p50 through the gateway: {_fmt(lat['e2e_p50_s'], '{:.3f} s')}",
+             f"- baseline E2E p50: {_fmt(lat['baseline_e2e_p50_s'], '{:.3f} s')}"
+             + (f" (recorded {lat['baseline_recorded_at']})" if lat["baseline_recorded_at"] else ""),
+             f"- speedup: {_fmt(lat['speedup'], '{:.2f}x')}"]
+    lines += [f"- E2E p50, pool {pool}: {value:.3f} s" for pool, value in sorted(lat["e2e_p50_s_by_pool"].items())]
+    lines += ["", "## Fallbacks", "", f"- automatic fallbacks: {falls['count']}"]
+    lines += [f"- flips by reason {reason}: {count}" for reason, count in sorted(falls["flips_by_reason"].items())]
+    lines += [f"- time with speculation off, pool {pool}: {seconds / 3600:.2f} h"
+              for pool, seconds in sorted(falls["seconds_off_by_pool"].items())]
+    lines += ["", "## Traffic", "", "| pool | requests | share |", "|---|---|---|"]
+    lines += [f"| {pool} | {share['requests_by_pool'][pool]:.0f} | {value:.1%} |"
+              for pool, value in sorted(share["share_by_pool"].items())]
+    lines += ["", "## Recommendations", ""]
+    lines += [f"- {item}" for item in report["recommendations"]] or ["- none: speculation is paying off."]
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    import httpx
+
+    from gateway.control.baseline import BaselineError, read_baseline
+    from specgate.ops.weekly import Period, PrometheusAPI, ReportError, build_report, parse_duration
+
+    try:
+        seconds = parse_duration(args.since)
+        end = parse_time(args.until) if args.until else time.time()
+        step = parse_duration(args.step) if args.step else max(60.0, round(seconds / 168 / 60) * 60)
+        baseline = read_baseline(args.baseline) if args.baseline else None
+    except (ValueError, BaselineError) as exc:
+        print(f"specgate report: {exc}", file=sys.stderr)
+        return 2
+    period = Period(start=end - seconds, end=end, step_s=step)
+    with httpx.Client(timeout=60, trust_env=False) as client:
+        try:
+            report = build_report(PrometheusAPI(args.prometheus, client), period, baseline, args.selector)
+        except ReportError as exc:
+            print(f"specgate report: {exc}", file=sys.stderr)
+            return 1
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    text = markdown(report)
+    (args.out / "report.md").write_text(text)
+    print(text, end="")
+    print(f"wrote {args.out / 'report.md'} and {args.out / 'report.json'}")
+    return 0

@@ -1,0 +1,345 @@
+"""`specgate up`: the embedded default, the whole stack on this machine.
+
+Two backends (speculative on 8001, standard on 8002: real vLLM CPU servers
+serving the packaged SmolLM2-135M-Instruct, or the project's own engine with
+`--engine bundled`), then the gateway with the default policy on 8080. Each
+child logs to a file under the cache directory and runs in a process group of
+its own under `backends.lifeline`, which ends the group when `up` ends, even
+by SIGKILL. Ctrl-C or SIGTERM signals every group at once and waits on one
+deadline: each service has its grace (backends 15 s, the gateway its 10 s
+drain and 5 s more), then SIGKILL; the bound is printed. A port already in use
+stops the start with the PID and command line of the process holding it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from backends import lifeline
+from backends.ports import PortHeld, check_free
+
+SERVED_MODEL = "smollm2"
+SPECULATIVE_PORT, STANDARD_PORT = 8001, 8002
+VLLM_CPU_ARGS = ("--dtype", "float32", "--max-model-len", "2048")  # float32: greedy stays exact
+START_TIMEOUT_S = 900.0
+BACKEND_GRACE_S = 15.0  # SIGTERM to SIGKILL
+GATEWAY_DRAIN_S = 10.0  # the gateway's own drain; its grace is 5 s longer
+KILL_WAIT_S = 5.0  # after SIGKILL, for the kernel to take a group down
+
+
+class StartError(RuntimeError):
+    pass
+
+
+@dataclass
+class Service:
+    """One child: `argv` run under `backends.lifeline`, in a process group of its own."""
+
+    name: str
+    argv: list[str]
+    health_url: str
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    grace_s: float = BACKEND_GRACE_S
+    process: subprocess.Popen[bytes] | None = None
+    lifeline_fd: int | None = field(default=None, repr=False)  # write end of the pipe the launcher watches
+
+    @property
+    def port(self) -> int | None:
+        return urlsplit(self.health_url).port
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        read_end, write_end = os.pipe()
+        try:
+            with self.log.open("ab") as log:
+                self.process = subprocess.Popen(
+                    lifeline.command(self.argv, read_end), stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, env={**os.environ, **self.env}, start_new_session=True,
+                    pass_fds=(read_end,))
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        self.lifeline_fd = write_end
+
+    def exit_code(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def healthy(self) -> bool:
+        import httpx
+
+        try:
+            return httpx.get(self.health_url, timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def signal(self, signum: int) -> None:
+        """Signal the service's process group: the launcher, the command and all it started."""
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signum)
+
+    def release(self) -> None:
+        if self.lifeline_fd is not None:
+            os.close(self.lifeline_fd)
+            self.lifeline_fd = None
+
+    def stop(self) -> None:
+        stop_all([self], progress=lambda line: None)
+
+
+def stop_all(services: Sequence[Service], progress: Callable[[str], None] = print) -> None:
+    """SIGTERM to every started service at once, SIGKILL to each when its grace is over.
+
+    All graces count from the same instant, so the whole stop takes at most the
+    longest grace plus KILL_WAIT_S; a second interrupt kills what is left at once.
+    Once a launcher has exited, SIGKILL sweeps whatever its command left in the group.
+    """
+    pending = [s for s in services if s.process is not None and s.lifeline_fd is not None]
+    if not pending:
+        return
+    bound = max(s.grace_s for s in pending) + KILL_WAIT_S
+    progress(f"stopping {len(pending)} services (bound {bound:.0f} s) ...")
+    started = time.monotonic()
+    exited = {id(s) for s in pending if s.exit_code() is not None}
+    for service in pending:
+        service.signal(signal.SIGTERM)
+    killed: set[int] = set()  # ids of the services sent SIGKILL
+    while pending:
+        try:
+            elapsed = time.monotonic() - started
+            for service in list(pending):
+                if service.exit_code() is None and elapsed < bound:
+                    if elapsed >= service.grace_s and id(service) not in killed:
+                        service.signal(signal.SIGKILL)
+                        killed.add(id(service))
+                    continue
+                service.signal(signal.SIGKILL)
+                service.release()
+                pending.remove(service)
+                progress(f"  {service.name}: {_outcome(service, id(service) in exited, id(service) in killed)} "
+                         f"after {elapsed:.1f} s")
+            if pending:
+                time.sleep(0.1)
+        except KeyboardInterrupt:
+            progress("  interrupted again: SIGKILL to the rest")
+            for service in pending:
+                service.signal(signal.SIGKILL)
+                killed.add(id(service))
+    progress(f"stopped in {time.monotonic() - started:.1f} s")
+
+
+def _outcome(service: Service, exited_before: bool, killed: bool) -> str:
+    code = service.exit_code()
+    if code is None:
+        return "still running at the bound"
+    return f"had exited with code {code}" if exited_before else "killed" if killed else "done"
+
+
+class Stack:
+    """Backends first (all at once, they load in parallel), then the gateway."""
+
+    def __init__(self, backends: Sequence[Service], gateway: Service) -> None:
+        self.backends = list(backends)
+        self.gateway = gateway
+
+    @property
+    def services(self) -> list[Service]:
+        return [*self.backends, self.gateway]
+
+    def start(self, timeout_s: float = START_TIMEOUT_S, progress: Callable[[str], None] = print) -> None:
+        for service in self.services:
+            if service.port is not None:
+                try:
+                    check_free("127.0.0.1", service.port)
+                except PortHeld as exc:
+                    pids = " ".join(str(pid) for pid, _ in exc.holders)
+                    advice = f"stop it (kill {pids})" if pids else "stop it"
+                    raise StartError(f"{service.name}: {exc}; {advice} or choose other ports "
+                                     "(--port, --backend-ports)") from None
+        for service in self.backends:
+            service.start()
+        wait_healthy(self.backends, timeout_s, progress)
+        self.gateway.start()
+        wait_healthy([self.gateway], 60.0, progress)
+
+    def wait(self) -> Service:
+        """Block until a child exits; returns it."""
+        while True:
+            for service in self.services:
+                if service.exit_code() is not None:
+                    return service
+            time.sleep(0.5)
+
+    def stop(self, progress: Callable[[str], None] = print) -> None:
+        stop_all(self.services, progress)
+
+
+def wait_healthy(services: Sequence[Service], timeout_s: float, progress: Callable[[str], None]) -> None:
+    started = time.monotonic()
+    pending = list(services)
+    last_report = 0.0
+    while pending:
+        for service in list(pending):
+            code = service.exit_code()
+            if code is not None:
+                raise StartError(f"{service.name} exited with code {code} while starting; its log: {service.log}")
+            if service.healthy():
+                pending.remove(service)
+                progress(f"  {service.name} ready after {time.monotonic() - started:.0f} s")
+        elapsed = time.monotonic() - started
+        if pending and elapsed > timeout_s:
+            names = ", ".join(f"{s.name} (log: {s.log})" for s in pending)
+            raise StartError(f"not ready after {timeout_s:.0f} s: {names}")
+        if pending and elapsed - last_report >= 10:
+            last_report = elapsed
+            progress(f"  loading: {', '.join(s.name for s in pending)} ({elapsed:.0f} s)")
+        if pending:
+            time.sleep(0.5)
+
+
+def vllm_backends(model_dir: Path, logs: Path, ports: tuple[int, int] = (SPECULATIVE_PORT, STANDARD_PORT),
+                  python: str = sys.executable) -> list[Service]:
+    from backends.vllm import load_profiles, render
+
+    _, profiles = load_profiles()
+    env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"), "HF_HUB_OFFLINE": "1"}
+    services = []
+    for kind, profile, port in (("speculative", "speculative-ngram", ports[0]), ("standard", "standard", ports[1])):
+        argv = render(profiles[profile], model=str(model_dir), port=port, served_model_name=SERVED_MODEL,
+                      extra_args=VLLM_CPU_ARGS, python=python)
+        services.append(Service(f"vLLM {kind} ({profile}, :{port})", argv, f"http://127.0.0.1:{port}/health",
+                                logs / f"vllm-{kind}.log", env))
+    return services
+
+
+def engine_backends(logs: Path, ports: tuple[int, int] = (SPECULATIVE_PORT, STANDARD_PORT),
+                    python: str = sys.executable) -> list[Service]:
+    from specgate.cli import COMMANDS
+
+    if "engine" not in {name for name, _, _ in COMMANDS}:
+        raise StartError("the bundled engine is not part of this build; use --engine vllm")
+    services = []
+    for kind, port, flags in (("speculative", ports[0], []), ("standard", ports[1], ["--no-speculation"])):
+        argv = [python, "-m", "specgate.cli", "engine", "--host", "127.0.0.1", "--port", str(port),
+                "--served-model-name", SERVED_MODEL, *flags]
+        services.append(Service(f"engine {kind} (:{port})", argv, f"http://127.0.0.1:{port}/health",
+                                logs / f"engine-{kind}.log", {"HF_HUB_OFFLINE": "1"}))
+    return services
+
+
+def command_backends(template: str, logs: Path, ports: tuple[int, int] = (SPECULATIVE_PORT, STANDARD_PORT),
+                     python: str = sys.executable) -> list[Service]:
+    """Backends from a command line of your own; {python}, {port} and {kind} are filled in."""
+    services = []
+    for kind, port in (("speculative", ports[0]), ("standard", ports[1])):
+        argv = [part.format(python=python, port=port, kind=kind) for part in shlex.split(template)]
+        services.append(Service(f"{kind} backend (:{port})", argv, f"http://127.0.0.1:{port}/health",
+                                logs / f"backend-{kind}.log"))
+    return services
+
+
+def gateway_service(policy: Path, port: int, logs: Path, python: str = sys.executable) -> Service:
+    argv = [python, "-m", "specgate.cli", "serve", "--policy", str(policy), "--host", "127.0.0.1",
+            "--port", str(port)]
+    drain_s = float(os.environ.get("SPECGATE_DRAIN_TIMEOUT_S", GATEWAY_DRAIN_S))
+    return Service(f"gateway (:{port})", argv, f"http://127.0.0.1:{port}/readyz", logs / "gateway.log",
+                   {"SPECGATE_DRAIN_TIMEOUT_S": f"{drain_s:g}"}, grace_s=drain_s + 5)
+
+
+def banner(port: int) -> str:
+    base = f"http://127.0.0.1:{port}/v1"
+    return f"""
+specgate is up: {base}
+
+  curl {base}/chat/completions -H 'content-type: application/json' \\
+    -d '{{"model": "{SERVED_MODEL}", "messages": [{{"role": "user", "content": "Write a haiku"}}], "max_tokens": 128, "temperature": 0}}' -i
+
+  from openai import OpenAI
+  client = OpenAI(base_url="{base}", api_key="unused")
+  reply = client.chat.completions.with_raw_response.create(model="{SERVED_MODEL}", max_tokens=128, temperature=0,
+      messages=[{{"role": "user", "content": "Write a haiku"}}])
+  print(reply.headers["x-specgate-pool"], reply.parse().choices[0].message.content)
+
+Ctrl-C stops everything.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engine", choices=["vllm", "bundled"], default="vllm",
+                        help="backends: real vLLM CPU servers (default) or the project's own engine")
+    parser.add_argument("--port", type=int, default=8080, help="gateway port (default: %(default)s)")
+    parser.add_argument("--policy", type=Path, help="policy (default: policies/default.yaml, which expects "
+                        f"the backends on {SPECULATIVE_PORT} and {STANDARD_PORT})")
+    parser.add_argument("--backend-ports", type=_port_pair, default=(SPECULATIVE_PORT, STANDARD_PORT),
+                        metavar="SPEC,STD", help="the backends' ports (default: %(default)s; "
+                        "a policy of your own must point at them)")
+    parser.add_argument("--cache-dir", help="prepared model and logs (default: $SPECGATE_CACHE_DIR or "
+                        "~/.cache/specgate)")
+    # Any server command in place of the backends ({python}, {port}, {kind}); started,
+    # watched and stopped by the same code as vLLM and the engine. For tests.
+    parser.add_argument("--backend-command", help=argparse.SUPPRESS)
+
+
+def _port_pair(text: str) -> tuple[int, int]:
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and 0 < int(p) < 65536 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected two ports like 8001,8002, got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def run(args: argparse.Namespace) -> int:
+    from backends.model import cache_dir, prepare
+    from gateway.settings import default_policy_path
+
+    cache = cache_dir(args.cache_dir)
+    logs = cache / "logs"
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
+    try:
+        if args.backend_command:
+            backends = command_backends(args.backend_command, logs, args.backend_ports)
+        elif args.engine == "vllm":
+            print("preparing the model (once) ...", flush=True)
+            backends = vllm_backends(prepare(cache), logs, args.backend_ports)
+        else:
+            backends = engine_backends(logs, args.backend_ports)
+        stack = Stack(backends, gateway_service(args.policy or default_policy_path(), args.port, logs))
+    except StartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"starting the backends (logs in {logs}) ...", flush=True)
+    try:
+        stack.start(progress=_say)
+        print(banner(args.port), flush=True)
+        stopped = stack.wait()
+        print(f"{stopped.name} exited with code {stopped.exit_code()}; its log: {stopped.log}", file=sys.stderr)
+        return 1
+    except StartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stack.stop(progress=_say)
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
