@@ -33,6 +33,7 @@ import structlog
 
 from gateway.control.baseline import Baseline, BaselineError, read_baseline
 from gateway.flags import FlagStore
+from gateway.load import LoadReport
 from gateway.metrics import GatewayMetrics
 from gateway.decide.policy import GuardSpec, Policy
 from gateway.upstream.runtime import Runtime
@@ -67,6 +68,7 @@ class Guard:
                  load_baseline: Callable[[str], Baseline] = read_baseline,
                  check_timeout_s: float = 10.0) -> None:
         self.runtime = runtime
+        self.load_report = runtime.reported
         self.flags = flags
         self.metrics = metrics
         self.sources = sources
@@ -121,10 +123,9 @@ class Guard:
             return
         self._readable()
         signals = {name: settle(pool_signals) for name, pool_signals in signals.items()}
-        for name, pool_signals in signals.items():
-            pool = self.runtime.pools.get(name)
-            if pool is not None:  # no load series now: unknown, the gateway's own count decides
-                pool.reported_load = pool_signals.reported_load or 0
+        # no load series now: unknown, the gateway's own count decides
+        self.load_report.publish({name: load for name, pool_signals in signals.items()
+                                  if (load := pool_signals.reported_load)})
         for name in speculative:
             state = self.pools[name]
             state.baseline_pool = baselines[name]
@@ -230,8 +231,7 @@ class Guard:
             self.log.warning("guard_metrics_unreadable", error=error, action="flags kept as they are")
         self.up, self.last_error = False, error
         self.metrics.guard_up.set(0)
-        for pool in self.runtime.pools.values():
-            pool.reported_load = 0  # unknown now: routing falls back to the gateway's own count
+        self.load_report.clear()  # unknown now: routing falls back to the gateway's own count
         stale_after = self.runtime.policy.spec.guard.stale_after_s
         since = self.last_ok if self.last_ok is not None else self.started
         unread_s = self.clock() - since

@@ -88,15 +88,11 @@ class Pool:
         self.endpoints = [Endpoint(e.url, e.weight, e.max_in_flight or spec.max_in_flight)
                           for e in spec.endpoints]
         self.in_flight = 0  # requests this gateway has open on the pool
-        self.reported_load = 0  # running + waiting, as the backends report it
         self.on_health_change: Callable[[Endpoint], None] = lambda endpoint: None
 
     @property
     def kind(self) -> str:
         return self.spec.kind
-
-    def load(self) -> int:
-        return max(self.in_flight, self.reported_load)
 
     def has_available(self) -> bool:
         now = self.clock()

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import httpx
 
 from gateway.decide.policy import Policy, PoolSpec
+from gateway.load import LoadReport
 from gateway.upstream.pools import Pool
 from gateway.upstream.proxy import RetryBudget
 from gateway.upstream.transport import PooledTransport
@@ -35,8 +36,9 @@ def build_upstream(spec: PoolSpec) -> tuple[PooledTransport, httpx.AsyncClient]:
 
 
 class Runtime:
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, reported: LoadReport | None = None) -> None:
         self.policy = policy
+        self.reported = reported or LoadReport()
         self.pools: dict[str, Pool] = {}
         self._clients: dict[Pool, httpx.AsyncClient] = {}
         self._transports: dict[Pool, httpx.AsyncBaseTransport] = {}
@@ -75,7 +77,10 @@ class Runtime:
         return self._budgets[pool]
 
     def load(self) -> Mapping[str, int]:
-        return {name: pool.load() for name, pool in self.pools.items()}
+        """Each pool's load: the larger of this gateway's in-flight count and the
+        backends' running + waiting as last reported."""
+        reported = self.reported.snapshot()
+        return {name: max(pool.in_flight, reported.get(name, 0)) for name, pool in self.pools.items()}
 
     async def aclose(self) -> None:
         for task in list(self._retiring):

@@ -67,7 +67,7 @@ def test_guard_trips_recovers_and_fails_static_on_a_real_prometheus(fakes, prome
             assert all(0.0 <= p <= 1.0 for p in per_position), per_position
             assert per_position == pytest.approx([1.0, 1.0, 0.0], abs=0.02)
             assert pool["signals"]["running"] == 5 and pool["signals"]["waiting"] == 2
-            assert app.state.runtime.pools["speculative"].reported_load == 7
+            assert app.state.runtime.load()["speculative"] == 7
             assert pool["latency"]["baseline"] == "standard"
             assert pool["latency"]["regression_pct"] == pytest.approx(0, abs=10)
             assert "127.0.0.1:%d" % spec_fake.port in pool["signals"]["endpoints"]

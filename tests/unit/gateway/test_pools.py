@@ -93,14 +93,8 @@ def test_all_ejected_means_least_bad_in_degraded_mode():
 def test_lease_release_is_idempotent_and_load_returns_to_zero():
     pool = make_pool(1)
     lease = pool.acquire()
-    assert pool.load() == 1
+    assert pool.in_flight == 1
     lease.release(ok=True)
     lease.release(ok=True)
-    assert pool.load() == 0 and pool.endpoints[0].outstanding == 0
+    assert pool.in_flight == 0 and pool.endpoints[0].outstanding == 0
 
-
-def test_reported_backend_load_counts_as_batch_pressure():
-    pool = make_pool(1)
-    pool.reported_load = 12
-    pool.acquire()
-    assert pool.load() == 12

@@ -134,9 +134,13 @@ def test_missing_prometheus_url_is_reported(rig_for):
 def test_reported_load_feeds_the_pools(rig_for):
     rig = rig_for()
     rig.check(signals(0.8, running=6, waiting=3), std=signals(None, volume=0, running=2, waiting=0))
-    assert rig.runtime.pools["speculative"].reported_load == 9
-    assert rig.runtime.pools["standard"].reported_load == 2
-    assert rig.runtime.pools["speculative"].load() == 9
+    assert rig.runtime.load()["speculative"] == 9
+    assert rig.runtime.load()["standard"] == 2
+    standard = rig.runtime.pools["standard"]
+    leases = [standard.acquire() for _ in range(3)]
+    assert rig.runtime.load()["standard"] == 3, "the larger of the gateway's own count and the report"
+    for lease in leases:
+        lease.release(ok=True)
 
 
 def test_policy_reload_is_picked_up(rig_for):
@@ -201,7 +205,7 @@ def test_an_outage_forgets_the_reported_load(rig_for):
     rig.check(signals(0.8, running=6, waiting=3))
     rig.source.error = "down"
     rig.check()
-    assert rig.runtime.pools["speculative"].reported_load == 0
+    assert rig.runtime.load()["speculative"] == 0
 
 
 @pytest.mark.parametrize("guard, message", [
@@ -234,7 +238,7 @@ def test_numbers_that_are_not_numbers_hold_and_serialise(rig_for, bad):
     status = rig.guard.status()
     pool = status["pools"]["speculative"]
     assert pool["verdict"] == "hold" and pool["signals"]["acceptance_rate"] is None
-    assert rig.runtime.pools["speculative"].reported_load == 0
+    assert rig.runtime.load()["speculative"] == 0
     json.dumps(status, allow_nan=False)  # JSON has no NaN: the admin API answers this as it is
 
 
@@ -247,9 +251,9 @@ def test_acceptance_above_one_is_clamped_before_it_is_judged(rig_for):
 def test_an_empty_load_answer_clears_the_reported_load(rig_for):
     rig = rig_for()
     rig.check(signals(0.8, running=6, waiting=3))
-    assert rig.runtime.pools["speculative"].reported_load == 9
+    assert rig.runtime.load()["speculative"] == 9
     rig.check(signals(0.8, running=None, waiting=None))
-    assert rig.runtime.pools["speculative"].reported_load == 0
+    assert rig.runtime.load()["speculative"] == 0
 
 
 class TricklingSource:
