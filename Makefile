@@ -10,13 +10,20 @@ STAMP  := $(VENV)/.installed
 # and docker-compose v1 to validate the compose file without a Docker engine.
 SYSTEM_TOOLS := prometheus:prometheus promtool:prometheus docker-compose:docker-compose
 
-.PHONY: run test install system-deps model bench-overhead clean
+.PHONY: run test lint install system-deps model bench-overhead clean
 
 run: $(STAMP)
 	$(VENV)/bin/specgate up
 
 test: $(STAMP) system-deps
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# Lint (ruff), types (mypy, strict on the gateway) and the import contracts
+# (import-linter: stages import only downward, nothing imports the command line).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 install: $(STAMP)
 

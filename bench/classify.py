@@ -15,9 +15,9 @@ import statistics
 import time
 
 from gateway.decide.features import extract_features
-from gateway.flags import FlagStore
 from gateway.decide.policy import load_policy
 from gateway.decide.routing import decide
+from gateway.flags import FlagStore
 from gateway.settings import default_policy_path
 
 WORDS = ("river valley stone water mountain light quiet morning evening north wind field road city "
@@ -49,7 +49,7 @@ def main() -> None:
         "math (match at the end)": text[:4060] + " solve 12 * 7 = ?",
     }
     flags = FlagStore(["speculative"]).snapshot()
-    print(f"| prompt (4 KB) | domain | classify p50 µs | classify p99 µs | features+decide p50 µs | p99 µs |")
+    print("| prompt (4 KB) | domain | classify p50 µs | classify p99 µs | features+decide p50 µs | p99 µs |")
     print("|---|---|---|---|---|---|")
     for name, prompt in prompts.items():
         body = {"model": "m", "messages": [{"role": "user", "content": prompt}], "temperature": 0,

@@ -20,7 +20,6 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
-
 # The bounded words flips are counted by (specgate_flag_flips_total{reason}).
 FLIP_REASONS = frozenset({"initial", "low_acceptance", "latency_regression", "recovered", "stale",
                           "admin", "file", "restored", "manual"})

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from contextlib import aclosing
 from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException

@@ -32,13 +32,12 @@ from typing import Any, Protocol
 import structlog
 
 from gateway.control.baseline import Baseline, BaselineError, read_baseline
-from gateway.flags import FlagStore
-from gateway.load import LoadReport
-from gateway.metrics import GatewayMetrics
-from gateway.decide.policy import GuardSpec, Policy
-from gateway.upstream.runtime import Runtime
 from gateway.control.signals import PoolSignals, SignalError, Target, finite, settle
+from gateway.decide.policy import GuardSpec, Policy
 from gateway.decide.traffic import ClassComparison, ClassLatency
+from gateway.flags import FlagStore
+from gateway.metrics import GatewayMetrics
+from gateway.upstream.runtime import Runtime
 
 
 class SignalSource(Protocol):
@@ -101,7 +100,7 @@ class Guard:
         if not spec.enabled:
             self.metrics.guard_up.set(1)  # nothing to read, nothing failing
             return
-        speculative = [n for n, p in policy.pools.items() if p.kind == "speculative"]
+        speculative = policy.speculative_pools
         baselines = {n: _baseline_pool(n, policy) for n in speculative}
         for name in list(self.pools):
             if name not in speculative:

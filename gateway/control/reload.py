@@ -16,8 +16,8 @@ from pathlib import Path
 
 import structlog
 
-from gateway.metrics import GatewayMetrics
 from gateway.decide.policy import Policy, PolicyError, load_policy
+from gateway.metrics import GatewayMetrics
 
 
 class PolicyReloader:

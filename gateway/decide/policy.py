@@ -234,7 +234,13 @@ class Policy:
         return self.spec.default_pool or _first_standard(self.spec.pools)
 
     def fallback_chain(self, pool: str) -> tuple[str, ...]:
+        """`pool` and the pools tried after it, in order."""
         return self._fallback_chains[pool]
+
+    @cached_property
+    def speculative_pools(self) -> tuple[str, ...]:
+        """The pools of kind speculative, in the policy's order: the ones the guard watches."""
+        return tuple(name for name, pool in self.pools.items() if pool.kind == "speculative")
 
     @cached_property
     def _fallback_chains(self) -> dict[str, tuple[str, ...]]:

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.decide.features import Features
-from gateway.flags import FlagSnapshot
 from gateway.decide.policy import Policy
 from gateway.decide.traffic import traffic_class
+from gateway.flags import FlagSnapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,12 +11,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gateway.control.reload import PolicyReloader
+from gateway.decide.features import parse_json_body
+from gateway.decide.policy import PolicyError
 from gateway.edge.endpoints import ProxyEndpoints, read_body
 from gateway.errors import Forbidden, InvalidRequest, NotFound
-from gateway.decide.features import parse_json_body
 from gateway.flags import FlagStore, Mode
-from gateway.decide.policy import PolicyError
-from gateway.control.reload import PolicyReloader
 
 Handler = Callable[[Request], Awaitable[Response]]
 

@@ -19,23 +19,22 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.control.flag_file import FlagFile
+from gateway.control.guard import Guard
+from gateway.control.reload import PolicyReloader
+from gateway.control.signals import PrometheusSource, ScrapeSource
+from gateway.decide.policy import Policy, load_policy
+from gateway.decide.traffic import ClassLatency
 from gateway.edge.admin import AdminAPI
 from gateway.edge.auth import ClientKeys
 from gateway.edge.endpoints import ProxyEndpoints, request_id
-from gateway.errors import (GatewayError, HeadersTooLarge, InvalidRequest, MethodNotAllowed, NotFound,
-                            error_body)
-from gateway.control.flag_file import FlagFile
-from gateway.flags import FlagStore, PoolFlag, reason_word
-from gateway.control.guard import Guard
-from gateway.metrics import GatewayMetrics
 from gateway.edge.paths import normalise_target
-from gateway.decide.policy import Policy, load_policy
-from gateway.upstream.pools import Endpoint, HealthMonitor, Pool
-from gateway.control.reload import PolicyReloader
-from gateway.upstream.runtime import Runtime
+from gateway.errors import GatewayError, HeadersTooLarge, InvalidRequest, MethodNotAllowed, NotFound, error_body
+from gateway.flags import FlagStore, PoolFlag, reason_word
+from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
-from gateway.control.signals import PrometheusSource, ScrapeSource
-from gateway.decide.traffic import ClassLatency
+from gateway.upstream.pools import Endpoint, HealthMonitor, Pool
+from gateway.upstream.runtime import Runtime
 
 
 class RequestIdMiddleware:
@@ -103,7 +102,7 @@ def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
     policy = policy or load_policy(settings.policy)
     metrics = GatewayMetrics()
     runtime = Runtime(policy)
-    flags = FlagStore(speculative_pools(policy))
+    flags = FlagStore(policy.speculative_pools)
     keys = ClientKeys.load(settings.api_keys, settings.api_keys_file)
     class_latency = ClassLatency()
     proxy = ProxyEndpoints(settings, runtime, flags, metrics, keys, class_latency=class_latency)
@@ -112,7 +111,7 @@ def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
 
     def apply(new_policy: Policy) -> None:
         runtime.apply(new_policy)
-        flags.sync_pools(speculative_pools(new_policy))
+        flags.sync_pools(new_policy.speculative_pools)
         _watch_pools(runtime, metrics, health)
 
     reloader = PolicyReloader(settings.policy, apply, metrics)
@@ -199,10 +198,6 @@ def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
     app.state.reloader = reloader
     app.state.guard = guard
     return app
-
-
-def speculative_pools(policy: Policy) -> list[str]:
-    return [name for name, pool in policy.pools.items() if pool.kind == "speculative"]
 
 
 def _watch_pools(runtime: Runtime, metrics: GatewayMetrics, health: HealthMonitor) -> None:

@@ -18,18 +18,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
+from gateway.decide.features import Features, Limits, check_limits, extract_features, parse_json_body
+from gateway.decide.routing import Decision, decide
+from gateway.decide.traffic import ClassLatency, TokenMeter, traffic_class
 from gateway.edge.auth import ClientKeys, Grant
 from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, PayloadTooLarge, RequestTimeout
-from gateway.decide.features import Features, Limits, check_limits, extract_features, parse_json_body
 from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
+from gateway.settings import Settings
 from gateway.upstream.pools import Pool
 from gateway.upstream.proxy import Claim, Forwarder, Opened, Outbound, request_headers
 from gateway.upstream.relay import Exchange, Outcome, RelayTimeouts
-from gateway.decide.routing import Decision, decide
 from gateway.upstream.runtime import Runtime
-from gateway.settings import Settings
-from gateway.decide.traffic import ClassLatency, TokenMeter, traffic_class
 
 CLIENT_KEY_HEADERS = frozenset({"authorization", "x-api-key"})
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")

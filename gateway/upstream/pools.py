@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from gateway.errors import NoHealthyBackend
 from gateway.decide.policy import PoolSpec
+from gateway.errors import NoHealthyBackend
 
 
 @dataclass(eq=False)

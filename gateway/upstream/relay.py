@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import httpx
 from starlette.types import Message, Receive, Scope, Send
 
+from gateway.decide.traffic import DONE
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from gateway.upstream.proxy import Claim, Opened, response_headers
-from gateway.decide.traffic import DONE
 
 # An ASGI extension the server may put in the scope: a callable that resets the
 # client connection at once (a graceful close waits for buffers a stalled client never drains).

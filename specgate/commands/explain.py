@@ -28,11 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gateway.errors import GatewayError
     from gateway.decide.features import extract_features, parse_json_body
-    from gateway.flags import FlagStore
     from gateway.decide.policy import PolicyError, load_policy
     from gateway.decide.routing import decide
+    from gateway.errors import GatewayError
+    from gateway.flags import FlagStore
     from gateway.settings import default_policy_path
 
     try:
@@ -53,6 +53,6 @@ def run(args: argparse.Namespace) -> int:
     except GatewayError as exc:
         print(f"{args.request}: {exc.message}", file=sys.stderr)
         return 1
-    flags = FlagStore(name for name, p in policy.pools.items() if p.kind == "speculative").snapshot()
+    flags = FlagStore(policy.speculative_pools).snapshot()
     print(json.dumps(decide(features, policy, flags).to_json(features, flags), indent=2))
     return 0

@@ -21,10 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from gateway.decide.policy import PolicyError
     from gateway.edge.app import create_app
     from gateway.edge.http_protocol import with_header_timeout
     from gateway.logs import configure_logging
-    from gateway.decide.policy import PolicyError
     from gateway.settings import Settings
 
     overrides = {key: value for key, value in

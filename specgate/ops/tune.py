@@ -122,8 +122,8 @@ def table(result: Mapping[str, Any]) -> str:
 def vllm_launcher(profile_name: str, cache: str | None = None) -> Launch:
     """Start vLLM's CPU server from a launch profile, serving the packaged model."""
     from backends.model import cache_dir, prepare
-    from specgate.up import SERVED_MODEL, VLLM_CPU_ARGS, Service, wait_healthy
     from backends.vllm import load_profiles, render
+    from specgate.up import SERVED_MODEL, VLLM_CPU_ARGS, Service, wait_healthy
 
     _, profiles = load_profiles()
     model_dir = prepare(cache)

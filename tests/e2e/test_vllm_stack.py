@@ -14,9 +14,9 @@ import openai
 import pytest
 import yaml
 
-from backends.model import cache_dir, prepare
-from specgate.up import Stack, gateway_service, vllm_backends
+from backends.model import prepare
 from gateway.settings import default_policy_path
+from specgate.up import Stack, gateway_service, vllm_backends
 from tests.fakes.process import free_port
 
 pytestmark = pytest.mark.e2e

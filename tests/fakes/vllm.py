@@ -39,7 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backends.serving import Delta, GenerationRequest, VllmMetrics, create_openai_app
 from backends.serving.server import BackgroundServer
-from tests.fakes.faults import Faults, FaultInjector, RecordedRequest
+from tests.fakes.faults import FaultInjector, Faults, RecordedRequest
 
 Kind = Literal["speculative", "standard"]
 

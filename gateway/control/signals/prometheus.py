@@ -20,9 +20,18 @@ from typing import Any
 
 import httpx
 
+from gateway.control.signals.model import (
+    DIALECTS,
+    PoolSignals,
+    SignalError,
+    Tally,
+    Target,
+    compute,
+    finite,
+    merge,
+    settle,
+)
 from gateway.decide.policy import GuardSpec
-from gateway.control.signals.model import (DIALECTS, PoolSignals, SignalError, Tally, Target, compute, finite, merge,
-                                   settle)
 
 QUERY_SIGNALS = {"accept_rate": "acceptance_rate", "mean_accepted_length": "mean_accepted_length",
                  "draft_tokens": "volume_tokens", "itl_p95": "itl_p95", "e2e_p95": "e2e_p95",

@@ -15,9 +15,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.control.signals.model import (
+    DIALECTS,
+    Dialect,
+    PoolSignals,
+    SignalError,
+    Tally,
+    Target,
+    compute,
+    finite,
+    merge,
+)
 from gateway.decide.policy import GuardSpec
-from gateway.control.signals.model import (DIALECTS, Dialect, PoolSignals, SignalError, Tally, Target, compute, finite,
-                                   merge)
 
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]  # (sample name, sorted labels)
 Sample = tuple[float, dict[SeriesKey, float]]  # (time, values)

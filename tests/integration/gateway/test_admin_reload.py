@@ -114,6 +114,7 @@ def test_explain_command(tmp_path):
 
 def test_sighup_reloads_a_running_gateway(tmp_path, spec_fake, std_fake):
     import yaml
+
     from tests.fakes.process import free_port
 
     path = tmp_path / "policy.yaml"

@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 
 from backends.serving.server import BackgroundServer
 from gateway.edge.app import create_app
-from gateway.upstream.runtime import Runtime
 from gateway.settings import Settings
+from gateway.upstream.runtime import Runtime
 from tests.fakes.vllm import FakeVllm
 
 from .conftest import policy_dict

@@ -13,14 +13,14 @@ import pytest
 import yaml
 
 from backends.serving.server import BackgroundServer
+from gateway.control.guard import Guard
+from gateway.control.signals import PrometheusSource, ScrapeSource, SignalError, Target, address
+from gateway.decide.policy import GuardSpec, parse_policy
 from gateway.edge.app import create_app
 from gateway.flags import FlagStore, reason_word
-from gateway.control.guard import Guard
 from gateway.metrics import GatewayMetrics
-from gateway.decide.policy import GuardSpec, parse_policy
-from gateway.upstream.runtime import Runtime
 from gateway.settings import Settings
-from gateway.control.signals import PrometheusSource, ScrapeSource, SignalError, Target, address
+from gateway.upstream.runtime import Runtime
 from tests.integration.gateway.conftest import ADMIN_TOKEN, policy_dict
 from tests.integration.guard.servers import FakePrometheus, TricklingMetrics
 from tests.unit.guard.conftest import FakeClock

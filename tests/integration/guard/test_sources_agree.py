@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from gateway.decide.policy import GuardSpec
 from gateway.control.signals import PrometheusSource, ScrapeSource, SignalError, Target
+from gateway.decide.policy import GuardSpec
 from tests.integration.guard.conftest import Feeder
 
 WINDOW_S = 8

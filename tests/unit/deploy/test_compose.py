@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from specgate.cli import build_parser
 from gateway.decide.policy import load_policy
+from specgate.cli import build_parser
 from tests.unit.deploy.conftest import DEPLOY, REPO, require_tool
 
 STACKS = {

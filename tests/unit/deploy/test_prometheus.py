@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 
-import pytest
 import yaml
 
 from tests.unit.deploy.conftest import DEPLOY, require_tool

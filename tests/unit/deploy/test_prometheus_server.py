@@ -22,8 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 
-from gateway.decide.policy import load_policy
 from gateway.control.signals import PrometheusSource, Target
+from gateway.decide.policy import load_policy
 from tests.unit.deploy.conftest import DEPLOY, REPO, require_tool
 
 DEADLINE_S = 40
@@ -79,7 +79,7 @@ class MetricsServer:
     def address(self) -> str:
         return "127.0.0.1:%d" % self.httpd.server_address[1]
 
-    def __enter__(self) -> "MetricsServer":
+    def __enter__(self) -> MetricsServer:
         self.thread.start()
         return self
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.errors import InvalidRequest
 from gateway.decide.features import Limits, check_limits
 from gateway.decide.policy import parse_policy
+from gateway.errors import InvalidRequest
 
 LIMITS = Limits(n=16, max_tokens=4096)
 

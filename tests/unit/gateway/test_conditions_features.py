@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.decide.conditions import ConditionError, compile_condition
-from gateway.errors import InvalidRequest
 from gateway.decide.features import Defaults, extract_features, parse_json_body
+from gateway.errors import InvalidRequest
 
 POOLS = ("speculative", "standard")
 

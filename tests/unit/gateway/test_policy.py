@@ -114,9 +114,9 @@ def test_check_command_exit_codes(tmp_path):
 
 # -- fuzzing the loader: any input gives a Policy or a PolicyError with a line, nothing else
 
+import yaml  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-import yaml  # noqa: E402
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12)
 trees = st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from gateway.errors import NoHealthyBackend
 from gateway.decide.policy import PoolSpec
+from gateway.errors import NoHealthyBackend
 from gateway.upstream.pools import Pool
 
 

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 import pytest
 import yaml
 
-from gateway.flags import FlagStore
 from gateway.control.guard import Guard
-from gateway.metrics import GatewayMetrics
-from gateway.decide.policy import GuardSpec, Policy, parse_policy
-from gateway.upstream.runtime import Runtime
 from gateway.control.signals import PoolSignals, SignalError, Target
+from gateway.decide.policy import GuardSpec, Policy, parse_policy
 from gateway.decide.traffic import ClassLatency
+from gateway.flags import FlagStore
+from gateway.metrics import GatewayMetrics
+from gateway.upstream.runtime import Runtime
 
 
 class FakeClock:

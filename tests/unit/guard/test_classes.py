@@ -8,9 +8,9 @@ import httpx
 import pytest
 
 from gateway.decide.features import extract_features
-from gateway.flags import Mode
 from gateway.decide.routing import decide
 from gateway.decide.traffic import ClassLatency, TokenMeter, temperature_bucket, traffic_class
+from gateway.flags import Mode
 from tests.unit.guard.conftest import FakeClock, signals
 
 CLASSES = {"enabled": True, "min_samples": 3, "slower_pct": 10}

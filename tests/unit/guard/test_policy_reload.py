@@ -8,9 +8,9 @@ import asyncio
 import pytest
 import yaml
 
-from gateway.metrics import GatewayMetrics
-from gateway.decide.policy import Policy, PolicyError
 from gateway.control.reload import PolicyReloader
+from gateway.decide.policy import Policy, PolicyError
+from gateway.metrics import GatewayMetrics
 from tests.unit.guard.conftest import make_policy
 
 # Deeper than PyYAML's recursive composer can follow: it raises RecursionError.

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from gateway.decide.features import extract_features
-from gateway.flags import Mode, reason_word
 from gateway.decide.routing import decide
+from gateway.flags import Mode, reason_word
 from tests.unit.guard.conftest import make_policy, signals
 
 GOOD, LOW, THIN = signals(0.8), signals(0.2), signals(0.2, volume=50)
