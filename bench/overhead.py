@@ -178,7 +178,8 @@ def main() -> None:
     if args.baseline:
         tree = export_tree(args.baseline, tmp / "baseline")
         targets["baseline"] = free_port()
-        procs.append(start([sys.executable, "-m", "specgate.cli", "serve", "--policy", str(tmp / "policy.yaml"),
+        cli = "specgate.cli" if (tree / "specgate" / "cli.py").exists() else "gateway.cli"  # before the layout by stage
+        procs.append(start([sys.executable, "-m", cli, "serve", "--policy", str(tmp / "policy.yaml"),
                             "--port", str(targets["baseline"])], tmp / "baseline.log",
                            {**env, "PYTHONPATH": str(tree)}, cwd=tree))
     results: dict = {"duration_s": args.duration, "rounds": args.rounds, "cpus": os.cpu_count(), "runs": []}
