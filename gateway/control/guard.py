@@ -36,12 +36,23 @@ from gateway.control.signals import PoolSignals, SignalError, Target, finite, se
 from gateway.decide.policy import GuardSpec, Policy
 from gateway.decide.traffic import ClassComparison, ClassLatency
 from gateway.flags import FlagStore
+from gateway.load import LoadReport
 from gateway.metrics import GatewayMetrics
-from gateway.upstream.runtime import Runtime
 
 
 class SignalSource(Protocol):
     async def read(self, targets: Sequence[Target], spec: GuardSpec) -> Mapping[str, PoolSignals]: ...
+
+
+class LiveState(Protocol):
+    """What the guard needs of the gateway's runtime: the policy in force, read
+    again at every check so reloads apply, and the report backend load goes to."""
+
+    @property
+    def policy(self) -> Policy: ...
+
+    @property
+    def reported(self) -> LoadReport: ...
 
 
 @dataclass
@@ -60,7 +71,7 @@ class PoolState:
 
 
 class Guard:
-    def __init__(self, runtime: Runtime, flags: FlagStore, metrics: GatewayMetrics,
+    def __init__(self, runtime: LiveState, flags: FlagStore, metrics: GatewayMetrics,
                  sources: Mapping[str, SignalSource], *, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  class_latency: ClassLatency | None = None,
