@@ -112,7 +112,7 @@ class Guard:
             self.metrics.guard_up.set(1)  # nothing to read, nothing failing
             return
         speculative = policy.speculative_pools
-        baselines = {n: _baseline_pool(n, policy) for n in speculative}
+        baselines = {n: policy.baseline_pool(n) for n in speculative}
         for name in list(self.pools):
             if name not in speculative:
                 del self.pools[name]
@@ -138,14 +138,14 @@ class Guard:
                                   if (load := pool_signals.reported_load)})
         for name in speculative:
             state = self.pools[name]
-            state.baseline_pool = baselines[name]
-            base = signals.get(baselines[name]) if baselines[name] else None
+            state.baseline_pool = standard = baselines[name]
+            base = signals.get(standard) if standard else None
             base_s = baseline.p95(spec.latency_metric) if baseline else (
                 base.p95(spec.latency_metric) if base else None)
             self._judge(name, state, signals[name], base_s, spec)
             self._note_matched(name, state, signals[name], spec)
-            if spec.classes.enabled and self.class_latency is not None and baselines[name]:
-                self._judge_classes(name, state, baselines[name], policy)
+            if spec.classes.enabled and self.class_latency is not None and standard:
+                self._judge_classes(name, state, standard, policy)
 
     def _source(self, spec: GuardSpec) -> SignalSource:
         source = self.sources.get(spec.source)
@@ -294,10 +294,3 @@ class Guard:
             "pools": pools,
         }
 
-
-def _baseline_pool(name: str, policy: Policy) -> str | None:
-    """The pool a speculative pool is compared with: its fallback, else the first standard pool."""
-    fallback = policy.pools[name].fallback
-    if fallback is not None and policy.pools[fallback].kind == "standard":
-        return fallback
-    return next((n for n, p in policy.pools.items() if p.kind == "standard"), None)

@@ -28,15 +28,15 @@ class Strict(BaseModel):
 
 
 class DefaultsSpec(Strict):
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, ge=0, le=1)
-    max_tokens: int = Field(256, ge=1)
+    temperature: float = Field(default=1.0, ge=0)
+    top_p: float = Field(default=1.0, ge=0, le=1)
+    max_tokens: int = Field(default=256, ge=1)
 
 
 class EndpointSpec(Strict):
     url: str
-    weight: float = Field(1.0, gt=0)
-    max_in_flight: int | None = Field(None, ge=1)
+    weight: float = Field(default=1.0, gt=0)
+    max_in_flight: int | None = Field(default=None, ge=1)
 
     @field_validator("url")
     @classmethod
@@ -47,28 +47,28 @@ class EndpointSpec(Strict):
 
 
 class TimeoutsSpec(Strict):
-    connect_s: float = Field(5.0, gt=0)
-    first_byte_s: float = Field(120.0, gt=0)
-    total_s: float = Field(600.0, gt=0)
+    connect_s: float = Field(default=5.0, gt=0)
+    first_byte_s: float = Field(default=120.0, gt=0)
+    total_s: float = Field(default=600.0, gt=0)
 
 
 class ConnectionsSpec(Strict):
-    max_connections: int = Field(512, ge=1)
-    max_keepalive: int = Field(128, ge=0)
-    keepalive_expiry_s: float = Field(4.0, gt=0)  # under uvicorn's 5 s server default
+    max_connections: int = Field(default=512, ge=1)
+    max_keepalive: int = Field(default=128, ge=0)
+    keepalive_expiry_s: float = Field(default=4.0, gt=0)  # under uvicorn's 5 s server default
 
 
 class RetrySpec(Strict):
-    attempts: int = Field(3, ge=1, le=10)  # tries in all, the first included
-    budget_ratio: float = Field(0.2, ge=0, le=1)  # retries allowed per request sent, over a window
+    attempts: int = Field(default=3, ge=1, le=10)  # tries in all, the first included
+    budget_ratio: float = Field(default=0.2, ge=0, le=1)  # retries allowed per request sent, over a window
 
 
 class HealthSpec(Strict):
     path: str = "/health"
-    interval_s: float = Field(5.0, gt=0)
-    eject_after: int = Field(3, ge=1)  # consecutive failures
-    backoff_s: float = Field(2.0, gt=0)
-    max_backoff_s: float = Field(60.0, gt=0)
+    interval_s: float = Field(default=5.0, gt=0)
+    eject_after: int = Field(default=3, ge=1)  # consecutive failures
+    backoff_s: float = Field(default=2.0, gt=0)
+    max_backoff_s: float = Field(default=60.0, gt=0)
 
 
 class PoolSpec(Strict):
@@ -76,8 +76,8 @@ class PoolSpec(Strict):
     endpoints: list[EndpointSpec] = Field(min_length=1)
     model: str | None = None  # upstream model name the client's model is rewritten to
     fallback: str | None = None
-    max_in_flight: int | None = Field(None, ge=1)  # per endpoint, unless the endpoint says
-    max_model_len: int | None = Field(None, ge=1)  # context length: bounds a request's max_tokens
+    max_in_flight: int | None = Field(default=None, ge=1)  # per endpoint, unless the endpoint says
+    max_model_len: int | None = Field(default=None, ge=1)  # context length: bounds a request's max_tokens
     dialect: Literal["vllm", "sglang"] = "vllm"
     api_key: str | None = None  # "os.environ/NAME"
     timeouts: TimeoutsSpec = TimeoutsSpec()
@@ -127,25 +127,25 @@ class OverridesSpec(Strict):
 
 
 class AcceptRateSpec(Strict):
-    trip_below: float = Field(0.4, ge=0, le=1)
-    recover_above: float = Field(0.55, ge=0, le=1)
+    trip_below: float = Field(default=0.4, ge=0, le=1)
+    recover_above: float = Field(default=0.55, ge=0, le=1)
 
 
 class SpeculativeGuardSpec(Strict):
     accept_rate: AcceptRateSpec = AcceptRateSpec()
-    latency_regression_pct: float = Field(20.0, ge=0)
-    trip_after: int = Field(3, ge=1)
-    recover_after: int = Field(5, ge=1)
-    min_hold_s: float = Field(60.0, ge=0)
-    min_draft_tokens: int = Field(200, ge=0)
-    probe_fraction: float = Field(0.05, ge=0, le=1)
+    latency_regression_pct: float = Field(default=20.0, ge=0)
+    trip_after: int = Field(default=3, ge=1)
+    recover_after: int = Field(default=5, ge=1)
+    min_hold_s: float = Field(default=60.0, ge=0)
+    min_draft_tokens: int = Field(default=200, ge=0)
+    probe_fraction: float = Field(default=0.05, ge=0, le=1)
 
 
 class TargetSpec(Strict):
     """How PromQL selects a pool's series: `label` matches `value`, where
     `{endpoints}` stands for the pool's endpoints as host:port and `{pool}`
     for its name (e.g. label: pool, value: "{pool}" behind relabeling)."""
-    label: str = Field("instance", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+    label: str = Field(default="instance", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
     value: str = "{endpoints}"
 
 
@@ -154,8 +154,8 @@ class ClassGuardSpec(Strict):
     for a class whose gateway-measured time per output token on the
     speculative pool is `slower_pct` above the standard pool's."""
     enabled: bool = False
-    min_samples: int = Field(20, ge=1)  # streamed answers per pool in the window
-    slower_pct: float = Field(10.0, ge=0)
+    min_samples: int = Field(default=20, ge=1)  # streamed answers per pool in the window
+    slower_pct: float = Field(default=10.0, ge=0)
 
 
 GuardQuery = Literal["accept_rate", "mean_accepted_length", "draft_tokens", "itl_p95", "e2e_p95",
@@ -165,10 +165,10 @@ GuardQuery = Literal["accept_rate", "mean_accepted_length", "draft_tokens", "itl
 class GuardSpec(Strict):
     enabled: bool = True
     source: Literal["prometheus", "scrape"] = "scrape"
-    interval_s: float = Field(15.0, gt=0)
-    window: str = Field("5m", pattern=r"^[0-9]+[smh]$")
+    interval_s: float = Field(default=15.0, gt=0)
+    window: str = Field(default="5m", pattern=r"^[0-9]+[smh]$")
     speculative: SpeculativeGuardSpec = SpeculativeGuardSpec()
-    stale_after_s: float | None = Field(None, gt=0)  # unreadable this long: fall back (off: never)
+    stale_after_s: float | None = Field(default=None, gt=0)  # unreadable this long: fall back (off: never)
     baseline_file: str | None = None  # `specgate baseline record` output; else the standard pool
     latency_metric: Literal["itl", "e2e", "tpot"] = "itl"
     queries: dict[GuardQuery, str] = {}  # PromQL overrides; $selector, $window, $pool expand
@@ -231,11 +231,19 @@ class Policy:
 
     @property
     def default_pool(self) -> str:
-        return self.spec.default_pool or _first_standard(self.spec.pools)
+        return self.spec.default_pool or next(iter(self.standard_pools), next(iter(self.pools)))
 
     def fallback_chain(self, pool: str) -> tuple[str, ...]:
         """`pool` and the pools tried after it, in order."""
         return self._fallback_chains[pool]
+
+    def baseline_pool(self, pool: str) -> str | None:
+        """The standard pool `pool`'s latency is compared with: the pool it falls
+        back to when that one is standard, else the policy's first standard pool."""
+        chain = self.fallback_chain(pool)
+        if len(chain) > 1 and self.pools[chain[1]].kind == "standard":
+            return chain[1]
+        return next(iter(self.standard_pools), None)
 
     @cached_property
     def speculative_pools(self) -> tuple[str, ...]:
@@ -243,8 +251,13 @@ class Policy:
         return tuple(name for name, pool in self.pools.items() if pool.kind == "speculative")
 
     @cached_property
+    def standard_pools(self) -> tuple[str, ...]:
+        """The pools of kind standard, in the policy's order."""
+        return tuple(name for name, pool in self.pools.items() if pool.kind == "standard")
+
+    @cached_property
     def _fallback_chains(self) -> dict[str, tuple[str, ...]]:
-        return {name: tuple(fallback_chain(self.pools, name)) for name in self.pools}
+        return {name: _walk(self.pools, name) for name in self.pools}
 
     @cached_property
     def defaults(self) -> Defaults:
@@ -316,23 +329,20 @@ def _check(spec: PolicySpec) -> list[tuple[tuple[Any, ...], str]]:
     return problems
 
 
-def fallback_chain(pools: dict[str, PoolSpec], pool: str) -> list[str]:
+def _walk(pools: dict[str, PoolSpec], pool: str) -> tuple[str, ...]:
     """`pool`, then its fallback, that one's fallback, ...: each pool once, and
-    only pools that exist. The one walk of a chain: routing and the proxy use it."""
+    only pools that exist. The one walk of a chain: `Policy.fallback_chain`
+    serves it to routing, the proxy and the guard; the loader checks loops with it."""
     chain = [pool]
     while (fallback := pools[chain[-1]].fallback) in pools and fallback not in chain:
         chain.append(fallback)
-    return chain
+    return tuple(chain)
 
 
 def _fallback_cycle(start: str, pools: dict[str, PoolSpec]) -> list[str]:
     """The loop through `start`, e.g. [a, b, a]; [] when its chain does not come back to it."""
-    chain = fallback_chain(pools, start)
+    chain = _walk(pools, start)
     return [*chain, start] if pools[chain[-1]].fallback == start else []
-
-
-def _first_standard(pools: dict[str, PoolSpec]) -> str:
-    return next((name for name, p in pools.items() if p.kind == "standard"), next(iter(pools)))
 
 
 def _describe(rule: RuleSpec) -> str:
