@@ -37,8 +37,8 @@ class PolicyReloader:
         except PolicyError as exc:
             self.last_error = str(exc)
             self.metrics.policy_reloads.labels("rejected").inc()
-            self.log.warning("policy_rejected", path=str(self.path), errors=exc.problems and
-                             [f"line {line}: {msg}" for line, msg in exc.problems])
+            self.log.warning("policy_rejected", path=str(self.path),
+                             errors=[f"line {line}: {msg}" for line, msg in exc.problems])
             raise
         except Exception as exc:  # noqa: BLE001 (any failure to load is a rejected file, never a dead watcher)
             error = PolicyError(str(self.path), [(1, f"cannot load policy: {type(exc).__name__}: {exc}")])

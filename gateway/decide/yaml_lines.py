@@ -64,6 +64,7 @@ class _Converter:
             key = self._scalar(key_node)
             if key in result:
                 raise YamlError(line, f"duplicate key {key!r}")
-            self.lines[(*path, key)] = line
-            result[key] = self.convert(value_node, (*path, key))
+            key_path = (*path, key)
+            self.lines[key_path] = line
+            result[key] = self.convert(value_node, key_path)
         return result
