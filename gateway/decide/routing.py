@@ -1,4 +1,5 @@
-"""`decide(features, policy, flags, draw) -> Decision`: a pure function.
+"""`decide(features, policy, flags, draw) -> Decision`: a pure function, and
+`route(body, endpoint, policy, load, flags)`: extract the features, then decide.
 
 The first rule whose condition holds names a pool (or the `x-specgate-route`
 header does, when the policy allows it). If that pool's speculation flag is
@@ -10,12 +11,14 @@ way, for that class only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.decide.features import Features
+from gateway.decide.features import Features, extract_features
 from gateway.decide.policy import Policy
 from gateway.decide.traffic import traffic_class
+from gateway.errors import InvalidRequest
 from gateway.flags import FlagSnapshot
 
 
@@ -35,6 +38,39 @@ class Decision:
             "features": features.to_json(),
             "flags": {name: flag.to_json() for name, flag in flags.items()},
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Overrides:
+    """What the client's routing headers say, when the policy lets them."""
+    domain: str | None = None  # x-specgate-domain
+    route: str | None = None  # x-specgate-route
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, str], policy: Policy) -> Overrides:
+        allowed = policy.spec.overrides
+        return cls(domain=headers.get("x-specgate-domain") if allowed.domain_header else None,
+                   route=headers.get("x-specgate-route") if allowed.route_header else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    features: Features
+    decision: Decision
+
+    def to_json(self, flags: FlagSnapshot) -> dict[str, Any]:
+        return self.decision.to_json(self.features, flags)
+
+
+def route(body: Mapping[str, Any], endpoint: str, policy: Policy, load: Mapping[str, int],
+          flags: FlagSnapshot, overrides: Overrides = Overrides(), draw: float = 1.0) -> Routed:
+    """The decision for a parsed body, without sending anything anywhere: its
+    features, then `decide`. An `x-specgate-route` naming no pool is a 400."""
+    if overrides.route is not None and overrides.route not in policy.pools:
+        raise InvalidRequest(f"x-specgate-route names unknown pool '{overrides.route}'", param="x-specgate-route")
+    features = extract_features(body, endpoint, policy.defaults, policy.classifier, load,
+                                domain_override=overrides.domain, route_override=overrides.route)
+    return Routed(features, decide(features, policy, flags, draw))
 
 
 def decide(features: Features, policy: Policy, flags: FlagSnapshot, draw: float = 1.0) -> Decision:

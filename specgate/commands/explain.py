@@ -28,9 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gateway.decide.features import extract_features, parse_json_body
+    from gateway.decide.features import parse_json_body
     from gateway.decide.policy import PolicyError, load_policy
-    from gateway.decide.routing import decide
+    from gateway.decide.routing import route
     from gateway.errors import GatewayError
     from gateway.flags import FlagStore
     from gateway.settings import default_policy_path
@@ -49,10 +49,10 @@ def run(args: argparse.Namespace) -> int:
         body = parse_json_body(raw)
         endpoint = args.endpoint or ("chat" if "messages" in body else "completions")
         load = {name: 0 for name in policy.pools} | dict(args.load)
-        features = extract_features(body, endpoint, policy.defaults, policy.classifier, load)
+        flags = FlagStore(policy.speculative_pools).snapshot()
+        routed = route(body, endpoint, policy, load, flags)
     except GatewayError as exc:
         print(f"{args.request}: {exc.message}", file=sys.stderr)
         return 1
-    flags = FlagStore(policy.speculative_pools).snapshot()
-    print(json.dumps(decide(features, policy, flags).to_json(features, flags), indent=2))
+    print(json.dumps(routed.to_json(flags), indent=2))
     return 0
