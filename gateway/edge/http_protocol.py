@@ -50,7 +50,8 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self.scope["extensions"] = {**self.scope.get("extensions", {}), ABORT_EXTENSION: self._abort}
+        extensions: dict[str, Any] = {**self.scope.get("extensions", {}), ABORT_EXTENSION: self._abort}
+        self.scope["extensions"] = extensions  # ASGI types extension values as dicts; this one is a callable
         if self._header_timer is None:
             self._arm()
 

@@ -35,6 +35,7 @@ MAX_TARGET_BYTES = 8 * 1024
 _UNRESERVED = frozenset((string.ascii_letters + string.digits + "-._~").encode())
 _PATH_CHARS = _UNRESERVED | frozenset(b"!$&'()*+,;=:@/")
 _HEX = frozenset(b"0123456789abcdefABCDEF")
+_DOT_SEGMENTS = (bytearray(b"."), bytearray(b".."))  # what a bytearray path splits into
 # Segments of unreserved characters, none starting with '.': nothing to check further.
 _PLAIN_PATH = re.compile(rb"(?:/(?:[A-Za-z0-9_~-][A-Za-z0-9._~-]*)?)+")
 _BAD_QUERY_BYTE = re.compile(rb"[\x00-\x1f\x7f-\xff]")
@@ -72,7 +73,7 @@ def normalise_target(raw_path: bytes, query: bytes = b"") -> tuple[bytes, str]:
             i += 1
         else:
             raise _invalid(f"the request path contains the byte 0x{byte:02x}, which a path may not hold raw")
-    if any(segment in (b".", b"..") for segment in out.split(b"/")):
+    if any(segment in _DOT_SEGMENTS for segment in out.split(b"/")):
         raise _invalid("the request path contains a '.' or '..' segment")
     try:
         decoded = unquote_to_bytes(bytes(out)).decode("utf-8")

@@ -242,7 +242,8 @@ class ResponseStream(httpx.AsyncByteStream):
 
 
 class PooledTransport(httpx.AsyncBaseTransport):
-    def __init__(self, limits: httpx.Limits = httpx.Limits()) -> None:
+    def __init__(self, limits: httpx.Limits | None = None) -> None:
+        limits = limits or httpx.Limits()
         self._expiry = limits.keepalive_expiry
         self._max_connections = limits.max_connections or 1_000_000
         self._max_idle = limits.max_keepalive_connections if limits.max_keepalive_connections is not None \
