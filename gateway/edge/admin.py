@@ -61,7 +61,7 @@ class AdminAPI:
         if endpoint == "chat" and "messages" not in body and "prompt" in body:
             endpoint = "completions"
         routed = self.proxy.route(body, endpoint, request.headers)
-        return _json(routed.decision.to_json(routed.features, self.flags.snapshot()))
+        return _json(routed.to_json(self.flags.snapshot()))
 
     async def get_flags(self, request: Request) -> Response:
         return _json({name: flag.to_json() for name, flag in self.flags.snapshot().items()})

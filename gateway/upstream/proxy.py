@@ -23,8 +23,10 @@ from dataclasses import dataclass
 
 import httpx
 
-from gateway.errors import InvalidRequest, NoHealthyBackend, UpstreamTimeout, UpstreamUnreachable
+from gateway.errors import InvalidRequest, NoHealthyBackend, UpstreamUnreachable
+from gateway.upstream.failures import HEADER_TIMEOUTS, BeforeHeaders, upstream_error
 from gateway.upstream.pools import Endpoint, Lease, Pool
+from gateway.upstream.upstream import Upstream
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te",
@@ -79,24 +81,6 @@ def response_headers(headers: httpx.Headers, extra: dict[str, str]) -> list[tupl
             if (name := k.lower().decode("latin-1")) not in RESPONSE_DROP and name not in extra
             and name not in named]
     return kept + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
-
-
-class RetryBudget:
-    """Retries may add at most `ratio` of the requests sent, plus a small reserve."""
-
-    def __init__(self, ratio: float, reserve: float = 10.0) -> None:
-        self.ratio = ratio
-        self.reserve = reserve
-        self.balance = reserve
-
-    def deposit(self) -> None:
-        self.balance = min(self.reserve + 100 * self.ratio, self.balance + self.ratio)
-
-    def withdraw(self) -> bool:
-        if self.balance >= 1.0:
-            self.balance -= 1.0
-            return True
-        return False
 
 
 class Claim:
@@ -158,23 +142,22 @@ class Opened:
 
 
 class Forwarder:
-    def __init__(self, transport_for: Callable[[Pool], httpx.AsyncBaseTransport],
-                 budget_for: Callable[[Pool], RetryBudget],
-                 on_error: Callable[[Pool, str], None], on_retry: Callable[[Pool], None]) -> None:
-        self.transport_for = transport_for
-        self.budget_for = budget_for
+    """Opens a request on a chain of upstreams; `on_error(pool, kind)` and
+    `on_retry(pool)` count what happened on the way."""
+
+    def __init__(self, on_error: Callable[[Pool, str], None], on_retry: Callable[[Pool], None]) -> None:
         self.on_error = on_error
         self.on_retry = on_retry
 
-    async def open_first(self, pools: Sequence[Pool], outbound: Callable[[Pool], Outbound],
+    async def open_first(self, chain: Sequence[Upstream], outbound: Callable[[Pool], Outbound],
                          claim: Claim, degraded: bool = False) -> Opened:
-        """Open on the first of `pools` (a pool, then its fallback chain) that takes
+        """Open on the first of `chain` (a pool, then its fallback chain) that takes
         the request; the last one's answer or error stands. Nothing has reached
         the client yet, so moving on costs it nothing."""
-        for i, pool in enumerate(pools):
-            last = i == len(pools) - 1
+        for i, upstream in enumerate(chain):
+            last = i == len(chain) - 1
             try:
-                opened = await self.open(pool, outbound(pool), claim, degraded=degraded)
+                opened = await self.open(upstream, outbound(upstream.pool), claim, degraded=degraded)
             except (NoHealthyBackend, UpstreamUnreachable) as exc:
                 if last:
                     raise
@@ -184,61 +167,54 @@ class Forwarder:
             if last or status not in FALLBACK_STATUSES:
                 return opened
             await claim.give_back(ok=status == 429)  # busy is not broken
-            self.on_error(pool, f"status_{status}")
+            self.on_error(upstream.pool, f"status_{status}")
             claim.fallback = claim.fallback or f"status_{status}"
         raise NoHealthyBackend("no pool to send the request to")
 
-    async def open(self, pool: Pool, outbound: Outbound, claim: Claim, *, degraded: bool = False) -> Opened:
-        claim.pool = pool
-        transport = self.transport_for(pool)
+    async def open(self, upstream: Upstream, outbound: Outbound, claim: Claim, *,
+                   degraded: bool = False) -> Opened:
+        pool = claim.pool = upstream.pool
         t = pool.spec.timeouts
         # The transport applies "read" to the wait for headers and to every later read:
         # no separate timer per request on the hot path.
         timeouts = {"connect": t.connect_s, "read": outbound.header_timeout_s, "write": t.connect_s,
                     "pool": t.first_byte_s}
-        budget = self.budget_for(pool)
         tried: list[Endpoint] = []
         started = time.perf_counter()
-        attempts = pool.spec.retry.attempts
         while True:
             lease = claim.take(pool, exclude=tried, degraded=degraded)
             if not tried:
-                budget.deposit()
+                upstream.budget.deposit()
             tried.append(lease.endpoint)
             request = _request(outbound, lease.endpoint, timeouts)
             try:
-                response = await transport.handle_async_request(request)
-            except (httpx.ReadTimeout, httpx.PoolTimeout):
-                await claim.give_back(ok=False)
-                self.on_error(pool, "timeout")
-                raise UpstreamTimeout(f"pool '{pool.name}' sent no response within "
-                                      f"{outbound.header_timeout_s:g} s") from None
+                response = await upstream.transport.handle_async_request(request)
             except httpx.TransportError as exc:
                 await claim.give_back(ok=False)
-                self.on_error(pool, "connect")
-                if not self._may_retry(pool, tried, attempts, budget, degraded):
-                    raise UpstreamUnreachable(f"pool '{pool.name}' is unreachable after {len(tried)} "
-                                              f"attempt(s): {type(exc).__name__}") from None
+                timed_out = isinstance(exc, HEADER_TIMEOUTS)
+                self.on_error(pool, "timeout" if timed_out else "connect")
+                if timed_out or not self._may_retry(upstream, tried, degraded):
+                    raise upstream_error(exc, BeforeHeaders(pool.name, outbound.header_timeout_s,
+                                                            len(tried))) from None
                 continue
             claim.response = response
-            if response.status_code in RETRY_STATUSES and self._may_retry(pool, tried, attempts, budget,
-                                                                          degraded):
+            if response.status_code in RETRY_STATUSES and self._may_retry(upstream, tried, degraded):
                 await claim.give_back(ok=response.status_code == 429)  # busy is not broken
                 self.on_error(pool, f"status_{response.status_code}")
                 continue
             return Opened(response, lease, time.perf_counter() - started)
 
-    def _may_retry(self, pool: Pool, tried: list[Endpoint], attempts: int, budget: RetryBudget,
-                   degraded: bool = False) -> bool:
+    def _may_retry(self, upstream: Upstream, tried: list[Endpoint], degraded: bool = False) -> bool:
         """Another attempt needs attempts left, an endpoint not tried yet that is
         available (an ejected one waits for its back-off; in degraded mode any
         endpoint not full will do), and budget."""
+        pool = upstream.pool
         now = pool.clock()
         usable = [e for e in pool.endpoints if e not in tried
                   and (not e.full() if degraded else e.available(now))]
-        if len(tried) >= attempts or not usable:
+        if len(tried) >= pool.spec.retry.attempts or not usable:
             return False
-        if not budget.withdraw():
+        if not upstream.budget.withdraw():
             return False
         self.on_retry(pool)
         return True

@@ -1,6 +1,6 @@
-"""One exchange with a backend, as an ASGI app: open, relay, record.
+"""One exchange with a backend, as an ASGI app: open, relay, finish.
 
-`Exchange` watches the client for the whole exchange with one task: if the
+`Relay` watches the client for the whole exchange with one task: if the
 client goes away while the backend is still thinking (before headers) or
 while the answer is relayed, the upstream request is cancelled at once. A
 client that stops reading is cut the same way once one write to it has
@@ -8,23 +8,27 @@ waited `write_s` (one timer per exchange, not one per write). Server-sent
 events are relayed chunk by chunk as they arrive; while the first chunk is
 awaited an SSE comment goes out every `keepalive_s` so idle-timeout proxies
 keep the connection. An answer that breaks after its first byte ends with an
-error event, the way vLLM reports errors mid-stream. The exchange's `Claim`
-is given back at its end, whatever happened.
+error event, the way vLLM reports errors mid-stream. The exchange is
+finished at its end (its claim given back, its numbers recorded), whatever
+happened.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 
 import httpx
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway.decide.traffic import DONE
-from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout, UpstreamUnreachable
-from gateway.upstream.proxy import Claim, Opened, response_headers
+from gateway.errors import GatewayError
+from gateway.upstream.exchange import SSE, Exchange, Outcome
+from gateway.upstream.failures import upstream_error
+from gateway.upstream.proxy import Opened, response_headers
+from gateway.upstream.upstream import Upstream
 
 # An ASGI extension the server may put in the scope: a callable that resets the
 # client connection at once (a graceful close waits for buffers a stalled client never drains).
@@ -32,7 +36,6 @@ ABORT_EXTENSION = "specgate.abort"
 CLIENT_CLOSED = 499  # nginx's code for "the client went away first"
 KEEPALIVE_COMMENT = b": keepalive\n\n"
 LAST_EVENTS = (DONE + b"\n\n", DONE + b"\r\n\r\n")  # how an OpenAI stream ends
-SSE = "text/event-stream"
 
 
 @dataclass(frozen=True)
@@ -41,24 +44,12 @@ class RelayTimeouts:
     keepalive_s: float
     write_s: float  # one write to the client; longer and the client is cut
 
-
-@dataclass
-class Outcome:
-    status: int  # what the books say: the upstream status, 499, or the error's status
-    claim: Claim = field(default_factory=Claim)
-    ok: bool = False  # the upstream answer reached the client whole
-    delivered: bool = False  # the stream's [DONE] event went out: the client may leave now
-    stalled: bool = False  # the client stopped reading and was cut
-    opened: Opened | None = None
-    error: GatewayError | None = None
-
-    def verdict(self) -> bool | None:
-        """What the exchange says of its endpoint: None when the answer never
-        began (the client left first, or the request never went out whole)."""
-        if self.opened is None:
-            return None
-        # a 5xx answer is a failure of the endpoint even when it reached the client whole
-        return self.error is None and self.status < 500
+    @classmethod
+    def for_chain(cls, chain: Sequence[Upstream], keepalive_s: float, write_s: float) -> RelayTimeouts:
+        """A client that stops reading is cut within the shortest total_s of the chain at most."""
+        write_s = min(write_s, *(upstream.pool.spec.timeouts.total_s for upstream in chain))
+        return cls(first_chunk_s=chain[0].pool.spec.timeouts.first_byte_s, keepalive_s=keepalive_s,
+                   write_s=write_s)
 
 
 class _Cut:
@@ -133,28 +124,20 @@ class WriteWatch(_Cut):
         self._timer.cancel()
 
 
-class Exchange:
-    """`open_upstream(claim)` opens the backend's answer, leasing through `claim`;
-    `headers(claim)` are the gateway's own response headers (they name the pool
-    the claim ended on); `finish(outcome)` records the exchange once."""
+class Relay:
+    """The ASGI app that answers the client with `exchange`'s upstream answer."""
 
-    def __init__(self, open_upstream: Callable[[Claim], Awaitable[Opened]],
-                 headers: Callable[[Claim], dict[str, str]], timeouts: RelayTimeouts,
-                 finish: Callable[[Outcome], None], claim: Claim | None = None) -> None:
-        self.open_upstream = open_upstream
-        self.headers = headers
+    def __init__(self, exchange: Exchange, timeouts: RelayTimeouts) -> None:
+        self.exchange = exchange
         self.timeouts = timeouts
-        self.finish = finish
-        self.claim = claim or Claim()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         watch = ClientWatch(receive)
         writes = WriteWatch(self.timeouts.write_s)
-        outcome = Outcome(CLIENT_CLOSED, self.claim)
-        ok: bool | None = None  # whatever raises through here says nothing of the endpoint
-        try:
+        outcome = Outcome(CLIENT_CLOSED)
+        try:  # whatever raises through here unjudged says nothing of the endpoint
             await self._exchange(writes.bound(send), outcome)
-            ok = outcome.verdict()
+            outcome.judged = True
         except asyncio.CancelledError:
             stalled = writes.absorb()
             if not (watch.absorb() or stalled):
@@ -162,24 +145,20 @@ class Exchange:
             if stalled:
                 _abort_client(scope)
             # a client that closes once it has read [DONE] had the whole answer
-            outcome.ok, outcome.stalled = outcome.delivered, stalled
+            outcome.ok, outcome.stalled, outcome.judged = outcome.delivered, stalled, True
             if not outcome.delivered:
                 outcome.status = CLIENT_CLOSED
-            ok = outcome.verdict()
         finally:
             watch.close()
             writes.close()
-            try:
-                await self.claim.give_back(ok)
-            finally:
-                self.finish(outcome)
+            await self.exchange.finish(outcome)
 
     async def _exchange(self, send: Send, outcome: Outcome) -> None:
         try:
-            opened = await self.open_upstream(self.claim)
+            opened = await self.exchange.open()
         except GatewayError as exc:
             outcome.status, outcome.error = exc.status_code, exc
-            await _send_envelope(send, exc, self.headers(self.claim))
+            await _send_envelope(send, exc, self.exchange.headers())
             return
         outcome.status, outcome.opened = opened.response.status_code, opened
         if opened.response.headers.get("content-type", "").startswith(SSE):
@@ -192,11 +171,11 @@ class Exchange:
         try:  # each read is bounded by the transport's read timeout
             content = await response.aread()
         except httpx.HTTPError as exc:
-            error = _upstream_error(exc)
+            error = upstream_error(exc)
             outcome.status, outcome.error = error.status_code, error
-            await _send_envelope(send, error, self.headers(self.claim))
+            await _send_envelope(send, error, self.exchange.headers())
             return
-        headers = response_headers(response.headers, self.headers(self.claim))
+        headers = response_headers(response.headers, self.exchange.headers())
         headers.append((b"content-length", str(len(content)).encode()))
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
         await send({"type": "http.response.body", "body": content, "more_body": False})
@@ -205,7 +184,7 @@ class Exchange:
     async def _relay_stream(self, send: Send, opened: Opened, outcome: Outcome) -> None:
         response = opened.response
         await send({"type": "http.response.start", "status": response.status_code,
-                    "headers": response_headers(response.headers, self.headers(self.claim))})
+                    "headers": response_headers(response.headers, self.exchange.headers())})
         chunks = response.aiter_raw()
         events = _EventSplitter()
         try:  # the transport holds every read to the request's deadline
@@ -216,7 +195,7 @@ class Exchange:
                     await self._send_events(send, events.feed(chunk), outcome)
         except (httpx.HTTPError, TimeoutError) as exc:
             # Only whole events went out, so the error event is one the client can parse.
-            error = _upstream_error(exc)
+            error = upstream_error(exc)
             outcome.status, outcome.error = error.status_code, error
             payload = b"data: " + json.dumps(error.body()).encode() + b"\n\n"
             await send({"type": "http.response.body", "body": payload, "more_body": False})
@@ -309,12 +288,6 @@ def _abort_client(scope: Scope) -> None:
     abort = scope.get("extensions", {}).get(ABORT_EXTENSION)
     if abort is not None:
         abort()
-
-
-def _upstream_error(exc: BaseException) -> UpstreamError:
-    if isinstance(exc, (TimeoutError, httpx.TimeoutException)):
-        return UpstreamTimeout("the backend stopped sending within the pool's timeout")
-    return UpstreamUnreachable(f"the backend connection broke: {type(exc).__name__}")
 
 
 async def _send_envelope(send: Send, error: GatewayError, headers: dict[str, str]) -> None:

@@ -1,80 +1,52 @@
-"""The gateway's live state: the policy in force and the pools built from it.
+"""The gateway's live state: the policy in force and an `Upstream` per pool.
 
 `Runtime.apply(policy)` swaps in a new policy. Pools whose spec did not change
 are kept as they are (connections, health, counters); changed pools get new
-objects, and the old ones close their connections once their last request
+upstreams, and the old ones close their connections once their last request
 is done.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
-import httpx
-
-from gateway.decide.policy import Policy, PoolSpec
+from gateway.decide.policy import Policy
 from gateway.load import LoadReport
 from gateway.upstream.pools import Pool
-from gateway.upstream.proxy import RetryBudget
-from gateway.upstream.transport import PooledTransport
-
-
-def build_upstream(spec: PoolSpec) -> tuple[PooledTransport, httpx.AsyncClient]:
-    """One connection pool per backend pool. The proxy's hot path calls the
-    transport directly; health checks and /v1/models go through the client."""
-    c, t = spec.connections, spec.timeouts
-    limits = httpx.Limits(max_connections=c.max_connections, max_keepalive_connections=c.max_keepalive,
-                          keepalive_expiry=c.keepalive_expiry_s)
-    transport = PooledTransport(limits)
-    return transport, httpx.AsyncClient(
-        transport=transport,
-        timeout=httpx.Timeout(connect=t.connect_s, read=t.total_s, write=t.connect_s, pool=t.first_byte_s),
-        follow_redirects=False,
-        trust_env=False,
-    )
+from gateway.upstream.upstream import Upstream
 
 
 class Runtime:
     def __init__(self, policy: Policy, reported: LoadReport | None = None) -> None:
         self.policy = policy
         self.reported = reported or LoadReport()
-        self.pools: dict[str, Pool] = {}
-        self._clients: dict[Pool, httpx.AsyncClient] = {}
-        self._transports: dict[Pool, httpx.AsyncBaseTransport] = {}
-        self._budgets: dict[Pool, RetryBudget] = {}
-        self._retiring: set[asyncio.Task[None]] = set()
+        self.upstreams: dict[str, Upstream] = {}
+        self.pools: dict[str, Pool] = {}  # the upstreams' pools, by name
+        self._retiring: dict[asyncio.Task[None], Upstream] = {}
         self.apply(policy)
 
     def apply(self, policy: Policy) -> list[Pool]:
         """Install `policy`; returns the pools that are new."""
-        old = self.pools
-        pools: dict[str, Pool] = {}
+        old = self.upstreams
+        upstreams: dict[str, Upstream] = {}
         created: list[Pool] = []
         for name, spec in policy.pools.items():
             kept = old.get(name)
-            if kept is not None and kept.spec == spec:
-                pools[name] = kept
+            if kept is not None and kept.pool.spec == spec:
+                upstreams[name] = kept
                 continue
-            pool = Pool(name, spec)
-            self._transports[pool], self._clients[pool] = build_upstream(spec)
-            self._budgets[pool] = RetryBudget(spec.retry.budget_ratio)
-            pools[name] = pool
-            created.append(pool)
-        self.policy, self.pools = policy, pools
-        for pool in old.values():
-            if pools.get(pool.name) is not pool:
-                self._retire(pool)
+            upstreams[name] = Upstream(Pool(name, spec))
+            created.append(upstreams[name].pool)
+        self.policy, self.upstreams = policy, upstreams
+        self.pools = {name: upstream.pool for name, upstream in upstreams.items()}
+        for upstream in old.values():
+            if upstreams.get(upstream.name) is not upstream:
+                self._retire(upstream)
         return created
 
-    def client_for(self, pool: Pool) -> httpx.AsyncClient:
-        return self._clients[pool]
-
-    def transport_for(self, pool: Pool) -> httpx.AsyncBaseTransport:
-        return self._transports[pool]
-
-    def budget_for(self, pool: Pool) -> RetryBudget:
-        return self._budgets[pool]
+    def chain(self, names: Iterable[str]) -> list[Upstream]:
+        return [self.upstreams[name] for name in names]
 
     def load(self) -> Mapping[str, int]:
         """Each pool's load: the larger of this gateway's in-flight count and the
@@ -83,31 +55,26 @@ class Runtime:
         return {name: max(pool.in_flight, reported.get(name, 0)) for name, pool in self.pools.items()}
 
     async def aclose(self) -> None:
+        retiring = list(self._retiring.values())
         for task in list(self._retiring):
             task.cancel()
-        for client in self._clients.values():
-            await client.aclose()
-        self._clients.clear()
+        self._retiring.clear()
+        for upstream in [*retiring, *self.upstreams.values()]:
+            await upstream.aclose()
 
-    def _retire(self, pool: Pool) -> None:
+    def _retire(self, upstream: Upstream) -> None:
         try:
-            task = asyncio.get_running_loop().create_task(self._close_when_idle(pool))
-        except RuntimeError:  # no loop yet (start-up): nothing can be in flight
-            self._clients.pop(pool, None)
-            self._transports.pop(pool, None)
-            self._budgets.pop(pool, None)
+            task = asyncio.get_running_loop().create_task(self._close_when_idle(upstream))
+        except RuntimeError:  # no loop yet (start-up): nothing can be in flight, nothing was opened
             return
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
+        self._retiring[task] = upstream
+        task.add_done_callback(lambda done: self._retiring.pop(done, None))
 
-    async def _close_when_idle(self, pool: Pool) -> None:
-        deadline = pool.spec.timeouts.total_s
+    @staticmethod
+    async def _close_when_idle(upstream: Upstream) -> None:
+        deadline = upstream.pool.spec.timeouts.total_s
         waited = 0.0
-        while pool.in_flight and waited < deadline:
+        while upstream.pool.in_flight and waited < deadline:
             await asyncio.sleep(0.5)
             waited += 0.5
-        client = self._clients.pop(pool, None)
-        self._transports.pop(pool, None)
-        self._budgets.pop(pool, None)
-        if client is not None:
-            await client.aclose()
+        await upstream.aclose()

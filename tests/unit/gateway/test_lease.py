@@ -12,7 +12,8 @@ import pytest
 from gateway.decide.policy import Policy, PoolSpec, parse_policy
 from gateway.errors import InvalidRequest, NoHealthyBackend, UpstreamUnreachable
 from gateway.upstream.pools import Pool
-from gateway.upstream.proxy import Claim, Forwarder, Outbound, RetryBudget
+from gateway.upstream.proxy import Claim, Forwarder, Outbound
+from gateway.upstream.upstream import Upstream
 
 
 class Clock:
@@ -34,11 +35,13 @@ def books(*pools: Pool) -> list[int]:
     return [n for pool in pools for n in (pool.in_flight, *(e.outstanding for e in pool.endpoints))]
 
 
-def forwarder(handlers: dict[str, httpx.MockTransport | httpx.AsyncBaseTransport],
-              errors: list[str] | None = None) -> Forwarder:
+def forwarder(errors: list[str] | None = None) -> Forwarder:
     noted = errors if errors is not None else []
-    return Forwarder(lambda pool: handlers[pool.name], lambda pool: RetryBudget(0.2),
-                     on_error=lambda pool, kind: noted.append(f"{pool.name}:{kind}"), on_retry=lambda pool: None)
+    return Forwarder(on_error=lambda pool, kind: noted.append(f"{pool.name}:{kind}"), on_retry=lambda pool: None)
+
+
+def chain(handlers: dict[str, httpx.AsyncBaseTransport], *pools: Pool) -> list[Upstream]:
+    return [Upstream(pool, handlers[pool.name]) for pool in pools]
 
 
 def outbound(pool: Pool, headers: list[tuple[str, str]] | None = None, path: str = "/v1/completions") -> Outbound:
@@ -94,7 +97,7 @@ def test_a_header_httpx_cannot_encode_is_a_400_and_the_lease_comes_back():
 
     async def main() -> None:
         with pytest.raises(InvalidRequest):
-            await forwarder({"p": transport}).open(pool, outbound(pool, [("x-trace", "caf\xe9")]), claim)
+            await forwarder().open(Upstream(pool, transport), outbound(pool, [("x-trace", "caf\xe9")]), claim)
         await claim.give_back(None)
 
     asyncio.run(main())
@@ -119,7 +122,7 @@ def test_a_request_cancelled_before_its_headers_gives_its_lease_back_neutrally()
 
     async def main() -> None:
         stuck = Stuck()
-        opening = asyncio.ensure_future(forwarder({"p": stuck}).open(pool, outbound(pool), claim))
+        opening = asyncio.ensure_future(forwarder().open(Upstream(pool, stuck), outbound(pool), claim))
         await stuck.arrived.wait()
         assert books(pool) == [1, 1]
         opening.cancel()
@@ -158,7 +161,7 @@ def test_the_fallback_chain_takes_what_a_pool_cannot():
                 "second": httpx.MockTransport(lambda request: httpx.Response(200, text="ok"))}
 
     async def main() -> int:
-        opened = await forwarder(handlers, errors).open_first([first, second], outbound, claim)
+        opened = await forwarder(errors).open_first(chain(handlers, first, second), outbound, claim)
         status = opened.response.status_code
         await claim.give_back(True)
         return status
@@ -177,7 +180,7 @@ def test_a_busy_or_failing_pool_passes_on_and_the_last_answer_stands(status, ver
                 "second": httpx.MockTransport(lambda request: httpx.Response(status))}
 
     async def main() -> int:
-        opened = await forwarder(handlers).open_first([first, second], outbound, claim)
+        opened = await forwarder().open_first(chain(handlers, first, second), outbound, claim)
         got = opened.response.status_code
         await claim.give_back(None)
         return got
@@ -196,7 +199,7 @@ def test_the_last_pool_error_stands_and_nothing_is_held():
 
     async def main() -> None:
         with pytest.raises(NoHealthyBackend):
-            await forwarder(handlers).open_first([first, second], outbound, claim)
+            await forwarder().open_first(chain(handlers, first, second), outbound, claim)
 
     asyncio.run(main())
     assert (claim.pool, claim.fallback, claim.lease) == (second, "unreachable", None)
@@ -204,7 +207,7 @@ def test_the_last_pool_error_stands_and_nothing_is_held():
 
     async def alone() -> None:
         with pytest.raises(UpstreamUnreachable):
-            await forwarder(handlers).open_first([first], outbound, Claim())
+            await forwarder().open_first(chain(handlers, first), outbound, Claim())
 
     asyncio.run(alone())
     assert books(first) == [0, 0]

@@ -1,0 +1,178 @@
+"""One request's exchange with the upstreams, from the first lease to the log line.
+
+The edge builds an `Exchange` from plain data (the chain to try, the request
+to send, its id, rule, arrival time and traffic class); the relay calls
+`open()`, relays the answer, and calls `finish(outcome)` once. The exchange
+owns the request's `Claim` (its lease and response), meters a streamed
+answer, and reports everything through a `Recorder`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import structlog
+
+from gateway.decide.traffic import ClassLatency, TokenMeter
+from gateway.errors import GatewayError
+from gateway.metrics import GatewayMetrics
+from gateway.upstream.pools import Pool
+from gateway.upstream.proxy import Claim, Forwarder, Opened, Outbound
+from gateway.upstream.runtime import Runtime
+from gateway.upstream.upstream import Upstream
+
+CLIENT_KEY_HEADERS = frozenset({"authorization", "x-api-key"})
+SSE = "text/event-stream"
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """The request as the client made it, checked: what each pool is sent."""
+    method: str
+    path: str  # path and query, as the edge normalised them
+    content: bytes
+    headers: list[tuple[str, str]]  # the client's, checked, less hop-by-hop ones
+    body: dict[str, Any] | None = None  # the parsed JSON body, whose model a pool may rename
+    stream: bool = False
+    drop_client_key: bool = False  # the gateway checks keys: the client's own is never sent on
+
+    def to(self, pool: Pool, started: float) -> Outbound:
+        content = self.content
+        if self.body is not None and pool.spec.model and self.body.get("model") != pool.spec.model:
+            content = json.dumps({**self.body, "model": pool.spec.model}, separators=(",", ":")).encode()
+        timeouts = pool.spec.timeouts
+        # total_s counts from the request's arrival and covers the whole answer
+        deadline = asyncio.get_running_loop().time() + timeouts.total_s - (time.perf_counter() - started)
+        header_timeout = timeouts.first_byte_s if self.stream else timeouts.total_s
+        return Outbound(self.path, self._headers_for(pool), content, header_timeout, deadline, self.method)
+
+    def _headers_for(self, pool: Pool) -> list[tuple[str, str]]:
+        """The client's key is never sent on when the gateway checks keys or the
+        pool has its own."""
+        key = pool.spec.upstream_api_key()
+        if key is None and not self.drop_client_key:
+            return self.headers
+        kept = [(k, v) for k, v in self.headers if k.lower() not in CLIENT_KEY_HEADERS]
+        return kept if key is None else [*kept, ("authorization", f"Bearer {key}")]
+
+
+@dataclass
+class Outcome:
+    status: int  # what the books say: the upstream status, 499, or the error's status
+    ok: bool = False  # the upstream answer reached the client whole
+    delivered: bool = False  # the stream's [DONE] event went out: the client may leave now
+    stalled: bool = False  # the client stopped reading and was cut
+    judged: bool = False  # the relay ended in a known way: the outcome may speak of the endpoint
+    opened: Opened | None = None
+    error: GatewayError | None = None
+
+    def verdict(self) -> bool | None:
+        """What the exchange says of its endpoint: None when the answer never
+        began (the client left first, or the request never went out whole), or
+        when something unforeseen raised through the relay."""
+        if self.opened is None or not self.judged:
+            return None
+        # a 5xx answer is a failure of the endpoint even when it reached the client whole
+        return self.error is None and self.status < 500
+
+
+class Recorder:
+    """Where exchanges leave their numbers: the metrics, the request log, and
+    the time per output token by traffic class (for the guard)."""
+
+    def __init__(self, metrics: GatewayMetrics, runtime: Runtime,
+                 class_latency: ClassLatency | None = None) -> None:
+        self.metrics = metrics
+        self.runtime = runtime
+        self.class_latency = class_latency
+        self.log = structlog.get_logger("specgate.request")
+        self.forwarder = Forwarder(on_error=self.error, on_retry=self.retry)
+
+    def lease(self, pool: Pool, delta: int) -> None:
+        self.metrics.in_flight.labels(pool.name).inc(delta)
+
+    def error(self, pool: Pool, kind: str) -> None:
+        self.metrics.upstream_errors.labels(pool.name, kind).inc()
+
+    def retry(self, pool: Pool) -> None:
+        self.metrics.retries.labels(pool.name).inc()
+
+    def tpot(self, traffic: str, pool: Pool, meter: TokenMeter) -> None:
+        seconds = meter.time_per_token()
+        if seconds is not None and self.class_latency is not None and pool.name in self.runtime.pools:
+            self.class_latency.record(traffic, pool.name, seconds)
+
+
+@dataclass(eq=False)
+class Exchange:
+    chain: Sequence[Upstream]  # the routed pool, then its fallbacks, in the order tried
+    request: Outgoing
+    request_id: str
+    rule: str
+    started: float  # perf_counter() at the request's arrival
+    recorder: Recorder
+    degraded: bool = False  # no pool of the chain has an endpoint available: least-bad will do
+    traffic: str | None = None  # the class a streamed answer's token timing is kept under
+    claim: Claim = field(init=False)
+    meter: TokenMeter | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.claim = Claim(self.recorder.lease)
+
+    async def open(self) -> Opened:
+        """The backend's answer, headers in, leased through the claim."""
+        self.recorder.metrics.overhead.observe(time.perf_counter() - self.started)
+        opened = await self.recorder.forwarder.open_first(self.chain, self._outbound, self.claim, self.degraded)
+        stream = opened.response.stream
+        if (self.traffic is not None and isinstance(stream, httpx.AsyncByteStream)
+                and opened.response.headers.get("content-type", "").startswith(SSE)):
+            opened.response.stream = self.meter = TokenMeter(stream)
+        return opened
+
+    def headers(self) -> dict[str, str]:
+        """The gateway's own response headers: they name the pool the claim ended on."""
+        served = self.claim.pool or self.chain[0].pool
+        extra = {"x-specgate-pool": served.name, "x-specgate-rule": self.rule, "x-request-id": self.request_id}
+        if self.claim.fallback is not None:
+            extra["x-specgate-reason"] = f"fallback:{self.claim.fallback}"
+        return extra
+
+    async def finish(self, outcome: Outcome) -> None:
+        """Give the claim back and record the exchange; once, whatever happened."""
+        try:
+            await self.claim.give_back(outcome.verdict())
+        finally:
+            self._record(outcome)
+
+    def _outbound(self, pool: Pool) -> Outbound:
+        return self.request.to(pool, self.started)
+
+    def _record(self, outcome: Outcome) -> None:
+        duration = time.perf_counter() - self.started
+        pool = self.claim.pool or self.chain[0].pool
+        metrics = self.recorder.metrics
+        metrics.requests.labels(pool.name, self.rule, str(outcome.status)).inc()
+        metrics.duration.labels(pool.name).observe(duration)
+        fields: dict[str, Any] = {"request_id": self.request_id, "pool": pool.name, "rule": self.rule,
+                                  "status": outcome.status, "duration": round(duration, 6)}
+        if self.claim.fallback is not None:
+            fields["fallback"] = self.claim.fallback
+        opened = outcome.opened
+        if opened is not None:
+            if outcome.error is not None:
+                self.recorder.error(pool, "stream_cut")
+            metrics.ttfb.labels(pool.name).observe(opened.ttfb_s)
+            fields.update(endpoint=opened.lease.endpoint.url, ttfb=round(opened.ttfb_s, 6))
+            if self.traffic is not None and self.meter is not None and outcome.ok:
+                self.recorder.tpot(self.traffic, pool, self.meter)
+        if outcome.error is not None:
+            fields["error"] = outcome.error.code or outcome.error.error_type
+        elif outcome.stalled:
+            fields["error"] = "client_stalled"
+        self.recorder.log.info("request", **fields)
