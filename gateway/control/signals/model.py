@@ -179,6 +179,13 @@ def compute(tally: Tally, dialect: Dialect, endpoints: Mapping[str, PoolSignals]
     ))
 
 
+def pool_signals(tallies: Mapping[str, Tally], dialect: Dialect) -> PoolSignals:
+    """A pool's signals from its endpoints' tallies (keyed by host:port): the
+    pool's from their merge, each endpoint's own under `endpoints`."""
+    endpoints = {name: compute(tally, dialect) for name, tally in sorted(tallies.items())}
+    return compute(merge(tallies.values()), dialect, endpoints)
+
+
 def settle(signals: PoolSignals) -> PoolSignals:
     """The signals with every number finite or None and in its range, whatever a
     source or a custom query handed in: acceptance (overall and per position) in

@@ -13,24 +13,15 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from string import Template
 from typing import Any
 
 import httpx
 
-from gateway.control.signals.model import (
-    DIALECTS,
-    PoolSignals,
-    SignalError,
-    Tally,
-    Target,
-    compute,
-    finite,
-    merge,
-    settle,
-)
+from gateway.control.signals.model import DIALECTS, PoolSignals, SignalError, Tally, Target, pool_signals, settle
+from gateway.control.signals.prometheus_api import PrometheusClient
 from gateway.decide.policy import GuardSpec
 
 QUERY_SIGNALS = {"accept_rate": "acceptance_rate", "mean_accepted_length": "mean_accepted_length",
@@ -63,13 +54,12 @@ def _promql_string(text: str) -> str:
 class PrometheusSource:
     def __init__(self, url: str, client: httpx.AsyncClient | None = None, timeout_s: float = 5.0,
                  clock: Callable[[], float] = time.time) -> None:
-        self.url = url.rstrip("/")
-        self.client = client or httpx.AsyncClient(trust_env=False)
+        self.api = PrometheusClient(url, client, timeout_s)
         self.timeout_s = timeout_s
         self.clock = clock  # Unix time: the instant every query of one read is evaluated at
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self.api.aclose()
 
     async def read(self, targets: Sequence[Target], spec: GuardSpec) -> dict[str, PoolSignals]:
         """All pools' signals within `timeout_s` in all (a server that trickles its
@@ -81,7 +71,7 @@ class PrometheusSource:
             async with asyncio.timeout(self.timeout_s):
                 results = await asyncio.gather(*(self._read_pool(t, spec, at) for t in targets))
         except TimeoutError:
-            raise SignalError(f"prometheus at {self.url} gave no complete answer within "
+            raise SignalError(f"prometheus at {self.api.url} gave no complete answer within "
                               f"{self.timeout_s:g} s") from None
         return {t.pool: signals for t, signals in zip(targets, results, strict=True)}
 
@@ -103,7 +93,7 @@ class PrometheusSource:
         for metric, name in dialect.histograms.items():
             jobs.append(("buckets", metric,
                          f"sum by (instance, le) (increase({series(name + '_bucket', match)}[{window}]))"))
-        answers = await asyncio.gather(*(self.query(promql, at) for _, _, promql in jobs))
+        answers = await asyncio.gather(*(self.api.query(promql, at) for _, _, promql in jobs))
         tallies: dict[str, Tally] = {}
         for (kind, role, _), vector in zip(jobs, answers, strict=True):
             for labels, value in vector:
@@ -114,9 +104,7 @@ class PrometheusSource:
                     tally.add_bucket(role, float(labels.get("le", "+Inf")), value)
                 else:
                     getattr(tally, kind)[role] = value
-        endpoints = {name: compute(tally, dialect) for name, tally in sorted(tallies.items())}
-        signals = compute(merge(tallies.values()), dialect, endpoints)
-        return await self._overridden(signals, target, spec, match, at)
+        return await self._overridden(pool_signals(tallies, dialect), target, spec, match, at)
 
     async def _overridden(self, signals: PoolSignals, target: Target, spec: GuardSpec,
                           match: str, at: float) -> PoolSignals:
@@ -125,45 +113,9 @@ class PrometheusSource:
         names = list(spec.queries)
         texts = [Template(spec.queries[n]).safe_substitute(selector=match, window=spec.window, pool=target.pool)
                  for n in names]
-        answers = await asyncio.gather(*(self.query(text, at) for text in texts))
+        answers = await asyncio.gather(*(self.api.query(text, at) for text in texts))
         changes: dict[str, Any] = {}
         for name, vector in zip(names, answers, strict=True):
             values = [value for _, value in vector]
             changes[QUERY_SIGNALS[name]] = sum(values) if values else (0.0 if name == "draft_tokens" else None)
         return settle(replace(signals, **changes))
-
-    async def query(self, promql: str, at: float | None = None) -> list[tuple[Mapping[str, str], float]]:
-        """An instant query (at Unix time `at`, else the server's now): (labels, value)
-        per series; a scalar answers one unlabelled row. Samples that are not finite
-        numbers (NaN, +Inf, -Inf: a 0/0 or x/0 in PromQL) are dropped, as if the
-        series had no sample."""
-        params = {"query": promql} if at is None else {"query": promql, "time": f"{at:.3f}"}
-        try:
-            response = await self.client.get(f"{self.url}/api/v1/query", params=params, timeout=self.timeout_s)
-            body = response.json()
-        except (httpx.HTTPError, ValueError) as exc:
-            raise SignalError(f"prometheus at {self.url} unreachable: {type(exc).__name__}") from None
-        if not isinstance(body, dict):
-            raise SignalError(f"prometheus answered {type(body).__name__}, not an object: {promql}")
-        if response.status_code != 200 or body.get("status") != "success":
-            raise SignalError(f"prometheus query failed ({response.status_code}): "
-                              f"{body.get('error', 'no error text')}: {promql}")
-        try:
-            return _rows(body["data"])
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise SignalError(f"prometheus answered a malformed result ({type(exc).__name__}: {exc}): "
-                              f"{promql}") from None
-
-
-def _rows(data: Mapping[str, Any]) -> list[tuple[Mapping[str, str], float]]:
-    if data.get("resultType") == "scalar":
-        series = [{"value": data["result"]}]
-    else:
-        series = data.get("result") or []
-    rows = []
-    for one in series:
-        value = finite(float(one["value"][1]))
-        if value is not None:
-            labels = one.get("metric") or {}
-            rows.append(({str(k): str(v) for k, v in labels.items()}, value))
-    return rows

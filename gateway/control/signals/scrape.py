@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import pairwise
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,9 +23,8 @@ from gateway.control.signals.model import (
     SignalError,
     Tally,
     Target,
-    compute,
     finite,
-    merge,
+    pool_signals,
 )
 from gateway.decide.policy import GuardSpec
 
@@ -53,7 +53,7 @@ def increase(points: Sequence[tuple[float, float]], start: float, end: float) ->
     first_t, first_v = points[0]
     last_t, last_v = points[-1]
     result = last_v - first_v
-    for (_, before), (_, after) in zip(points, points[1:]):
+    for (_, before), (_, after) in pairwise(points):
         if after < before:  # counter reset
             result += before
     sampled = last_t - first_t
@@ -125,8 +125,7 @@ class ScrapeSource:
         dialect = DIALECTS[target.dialect]
         tallies = {address: tally_window(self._history.get(url, ()), dialect, now - window_s, now)
                    for url, address in zip(target.urls, target.addresses, strict=True)}
-        endpoints = {name: compute(tally, dialect) for name, tally in sorted(tallies.items())}
-        return compute(merge(tallies.values()), dialect, endpoints)
+        return pool_signals(tallies, dialect)
 
 
 def tally_window(samples: Iterable[Sample], dialect: Dialect, start: float, end: float) -> Tally:
