@@ -67,10 +67,9 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import httpx
-
     from gateway.control.baseline import BaselineError, read_baseline
-    from specgate.ops.weekly import Period, PrometheusAPI, ReportError, build_report, parse_duration
+    from gateway.control.signals import SignalError
+    from specgate.ops.weekly import Period, parse_duration, read_report
 
     try:
         seconds = parse_duration(args.since)
@@ -81,12 +80,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"specgate report: {exc}", file=sys.stderr)
         return 2
     period = Period(start=end - seconds, end=end, step_s=step)
-    with httpx.Client(timeout=60, trust_env=False) as client:
-        try:
-            report = build_report(PrometheusAPI(args.prometheus, client), period, baseline, args.selector)
-        except ReportError as exc:
-            print(f"specgate report: {exc}", file=sys.stderr)
-            return 1
+    try:
+        report = read_report(args.prometheus, period, baseline, args.selector)
+    except SignalError as exc:
+        print(f"specgate report: {exc}", file=sys.stderr)
+        return 1
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report)

@@ -18,17 +18,16 @@ under 1.3x, more than 5 fallbacks a week.
 
 from __future__ import annotations
 
-import math
+import asyncio
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-import httpx
-
 from gateway.control.baseline import Baseline
 from gateway.control.signals.prometheus import series
+from gateway.control.signals.prometheus_api import PrometheusClient
 
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
@@ -38,10 +37,6 @@ MIN_SPEEDUP = 1.3
 MAX_FALLBACKS_PER_WEEK = 5
 WEEK_S = 7 * 86400
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": WEEK_S}
-
-
-class ReportError(Exception):
-    pass
 
 
 def parse_duration(text: str) -> float:
@@ -68,85 +63,61 @@ class Period:
         return f"{int(round(self.seconds))}s"
 
 
-class PrometheusAPI:
-    """Instant and range queries against Prometheus's HTTP API, NaN rows dropped."""
-
-    def __init__(self, url: str, client: httpx.Client) -> None:
-        self.url = url.rstrip("/")
-        self.client = client
-
-    def _get(self, path: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        try:
-            response = self.client.get(self.url + path, params=params)
-            body = response.json()
-        except (httpx.HTTPError, ValueError) as exc:
-            raise ReportError(f"prometheus at {self.url} unreachable: {exc}") from None
-        if response.status_code != 200 or body.get("status") != "success":
-            raise ReportError(f"prometheus query failed: {body.get('error', response.status_code)}: "
-                              f"{params.get('query')}")
-        return body["data"]["result"]
-
-    def instant(self, promql: str, at: float) -> list[tuple[dict[str, str], float]]:
-        rows = [(row.get("metric", {}), float(row["value"][1])) for row in
-                self._get("/api/v1/query", {"query": promql, "time": at})]
-        return [(labels, value) for labels, value in rows if not math.isnan(value)]
-
-    def range(self, promql: str, period: Period) -> list[float]:
-        """The values of a single-series range query (step = period.step_s)."""
-        rows = self._get("/api/v1/query_range", {"query": promql, "start": period.start + period.step_s,
-                                                 "end": period.end, "step": period.step_s})
-        values = [float(v) for row in rows for _, v in row["values"]]
-        return [v for v in values if not (math.isnan(v) or math.isinf(v))]
-
-
 def _selector(name: str, match: str) -> str:
     return series(name, match) if match else series(name, "").replace(",}", "}")
 
 
-def _scalar(api: PrometheusAPI, promql: str, at: float) -> float | None:
-    rows = api.instant(promql, at)
+async def _scalar(api: PrometheusClient, promql: str, at: float) -> float | None:
+    rows = await api.query(promql, at)
     return rows[0][1] if rows else None
 
 
-def _by(api: PrometheusAPI, promql: str, at: float, label: str) -> dict[str, float]:
-    return {labels.get(label, ""): value for labels, value in api.instant(promql, at)}
+async def _by(api: PrometheusClient, promql: str, at: float, label: str) -> dict[str, float]:
+    return {labels.get(label, ""): value for labels, value in await api.query(promql, at)}
 
 
-def acceptance(api: PrometheusAPI, period: Period, match: str = "") -> dict[str, Any]:
+async def _range(api: PrometheusClient, promql: str, period: Period) -> list[float]:
+    """The values of a single-series range query, one every `period.step_s`."""
+    rows = await api.query_range(promql, period.start + period.step_s, period.end, period.step_s)
+    return [value for _, values in rows for value in values]
+
+
+async def acceptance(api: PrometheusClient, period: Period, match: str = "") -> dict[str, Any]:
     accepted, drafted = _selector(ACCEPTED, match), _selector(DRAFTED, match)
     window = f"{int(period.step_s)}s"
-    points = api.range(f"sum(rate({accepted}[{window}])) / sum(rate({drafted}[{window}]))", period)
-    overall = _scalar(api, f"sum(increase({accepted}[{period.range}])) / "
-                           f"sum(increase({drafted}[{period.range}]))", period.end)
-    drafts = _scalar(api, f"sum(increase({drafted}[{period.range}]))", period.end)
+    points = await _range(api, f"sum(rate({accepted}[{window}])) / sum(rate({drafted}[{window}]))", period)
+    overall = await _scalar(api, f"sum(increase({accepted}[{period.range}])) / "
+                                 f"sum(increase({drafted}[{period.range}]))", period.end)
+    drafts = await _scalar(api, f"sum(increase({drafted}[{period.range}]))", period.end)
     return {"avg": sum(points) / len(points) if points else None, "min": min(points, default=None),
             "max": max(points, default=None), "overall": overall, "points": len(points),
             "draft_tokens": drafts or 0.0}
 
 
-def latency(api: PrometheusAPI, period: Period, baseline: Baseline | None) -> dict[str, Any]:
+async def latency(api: PrometheusClient, period: Period, baseline: Baseline | None) -> dict[str, Any]:
     buckets = f"increase(specgate_request_duration_seconds_bucket[{period.range}])"
-    p50 = _scalar(api, f"histogram_quantile(0.5, sum by (le) ({buckets}))", period.end)
-    by_pool = _by(api, f"histogram_quantile(0.5, sum by (pool, le) ({buckets}))", period.end, "pool")
+    p50 = await _scalar(api, f"histogram_quantile(0.5, sum by (le) ({buckets}))", period.end)
+    by_pool = await _by(api, f"histogram_quantile(0.5, sum by (pool, le) ({buckets}))", period.end, "pool")
     speedup = baseline.e2e_s.p50 / p50 if baseline and p50 else None
     return {"e2e_p50_s": p50, "e2e_p50_s_by_pool": by_pool, "speedup": speedup,
             "baseline_e2e_p50_s": baseline.e2e_s.p50 if baseline else None,
             "baseline_recorded_at": baseline.recorded_at.isoformat() if baseline else None}
 
 
-def fallbacks(api: PrometheusAPI, period: Period) -> dict[str, Any]:
+async def fallbacks(api: PrometheusClient, period: Period) -> dict[str, Any]:
     flips = {reason: round(value) for reason, value in
-             _by(api, f"sum by (reason) (increase(specgate_flag_flips_total[{period.range}]))",
-                 period.end, "reason").items()}
+             (await _by(api, f"sum by (reason) (increase(specgate_flag_flips_total[{period.range}]))",
+                        period.end, "reason")).items()}
     res = int(period.resolution_s)
-    off = _by(api, f"sum_over_time((min by (pool) (specgate_speculative_enabled) == bool 0)"
-                   f"[{period.range}:{res}s]) * {res}", period.end, "pool")
+    off = await _by(api, f"sum_over_time((min by (pool) (specgate_speculative_enabled) == bool 0)"
+                         f"[{period.range}:{res}s]) * {res}", period.end, "pool")
     return {"count": sum(flips.get(reason, 0) for reason in FALLBACK_REASONS), "flips_by_reason": flips,
             "seconds_off_by_pool": off}
 
 
-def traffic(api: PrometheusAPI, period: Period) -> dict[str, Any]:
-    counts = _by(api, f"sum by (pool) (increase(specgate_requests_total[{period.range}]))", period.end, "pool")
+async def traffic(api: PrometheusClient, period: Period) -> dict[str, Any]:
+    counts = await _by(api, f"sum by (pool) (increase(specgate_requests_total[{period.range}]))",
+                       period.end, "pool")
     total = sum(counts.values())
     return {"requests": total, "requests_by_pool": counts,
             "share_by_pool": {pool: count / total for pool, count in counts.items()} if total else {}}
@@ -170,18 +141,31 @@ def recommendations(report: Mapping[str, Any]) -> list[str]:
     return advice
 
 
-def build_report(api: PrometheusAPI, period: Period, baseline: Baseline | None = None,
-                 spec_match: str = "") -> dict[str, Any]:
+async def build_report(api: PrometheusClient, period: Period, baseline: Baseline | None = None,
+                       spec_match: str = "") -> dict[str, Any]:
     def iso(t: float) -> str:
         return datetime.fromtimestamp(t, timezone.utc).isoformat()
 
     report: dict[str, Any] = {
         "period": {"start": iso(period.start), "end": iso(period.end), "seconds": period.seconds,
                    "step_s": period.step_s},
-        "acceptance": acceptance(api, period, spec_match),
-        "latency": latency(api, period, baseline),
-        "fallbacks": fallbacks(api, period),
-        "traffic": traffic(api, period),
+        "acceptance": await acceptance(api, period, spec_match),
+        "latency": await latency(api, period, baseline),
+        "fallbacks": await fallbacks(api, period),
+        "traffic": await traffic(api, period),
     }
     report["recommendations"] = recommendations(report)
     return report
+
+
+def read_report(url: str, period: Period, baseline: Baseline | None = None, spec_match: str = "",
+                timeout_s: float = 60.0) -> dict[str, Any]:
+    """The report from the Prometheus at `url`; raises SignalError when it cannot be read."""
+    async def read() -> dict[str, Any]:
+        api = PrometheusClient(url, timeout_s=timeout_s)
+        try:
+            return await build_report(api, period, baseline, spec_match)
+        finally:
+            await api.aclose()
+
+    return asyncio.run(read())
