@@ -1,23 +1,24 @@
-"""`create_app(settings)`: the only place where the gateway's parts are wired."""
+"""`create_app(settings)`: the only place where the gateway's parts are wired.
+
+`GatewayParts` builds and holds one gateway's parts and knows their life
+(start-up, shutdown, what a policy reload touches); `create_app` serves them
+as a Starlette app behind the edge middleware.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import random
+import functools
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from urllib.parse import quote
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
 import httpx
 import structlog
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.routing import BaseRoute, Route
 
 from gateway.control.flag_file import FlagFile
 from gateway.control.guard import Guard
@@ -27,189 +28,150 @@ from gateway.decide.policy import Policy, load_policy
 from gateway.decide.traffic import ClassLatency
 from gateway.edge.admin import AdminAPI
 from gateway.edge.auth import ClientKeys
-from gateway.edge.endpoints import ProxyEndpoints, request_id
-from gateway.edge.paths import normalise_target
-from gateway.errors import GatewayError, HeadersTooLarge, InvalidRequest, MethodNotAllowed, NotFound, error_body
+from gateway.edge.endpoints import ProxyEndpoints
+from gateway.edge.error_answers import exception_handlers
+from gateway.edge.middleware import FastHandler, HeaderLimitMiddleware, RequestIdMiddleware
 from gateway.flags import FlagStore, PoolFlag, reason_word
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
 from gateway.upstream.pools import Endpoint, HealthMonitor, Pool
 from gateway.upstream.runtime import Runtime
 
-
-class RequestIdMiddleware:
-    """Give every request an id before anything can fail (accepted or generated),
-    check and normalise its path (gateway.edge.paths) before anything routes on it,
-    and send the hot routes straight to their handlers.
-
-    The completion routes carry nearly all traffic; Starlette's exception
-    middleware and router wrap every `send` and cost about a tenth of the CPU of
-    a small proxied request, so those routes skip them. Errors are rendered the
-    same way as on every other route.
-    """
-
-    def __init__(self, app: ASGIApp, hot: dict[str, Callable[[Request], Awaitable[ASGIApp]]]) -> None:
-        self.app = app
-        self.hot = hot
-        self.rng = random.Random(os.urandom(16))
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope, receive)
-        scope.setdefault("state", {})["request_id"] = request_id(request, self.rng)
-        try:
-            scope["raw_path"], scope["path"] = normalise_target(
-                scope.get("raw_path") or quote(scope["path"]).encode(), scope.get("query_string", b""))
-        except GatewayError as exc:
-            await (await _gateway_error(request, exc))(scope, receive, send)
-            return
-        handler = self.hot.get(scope["path"]) if scope["method"] == "POST" else None
-        if handler is None:
-            await self.app(scope, receive, send)
-            return
-        try:
-            response = await handler(request)
-        except GatewayError as exc:
-            response = await _gateway_error(request, exc)
-        except Exception as exc:  # noqa: BLE001 - the client gets an envelope, the log the type
-            response = await _unexpected_error(request, exc)
-        await response(scope, receive, send)
+SignalSources = dict[str, ScrapeSource | PrometheusSource]
 
 
-class HeaderLimitMiddleware:
-    """Answer 431 to requests whose headers are over `max_bytes` (as on the wire)
-    before anything reads or forwards them: uvicorn's httptools parser takes
-    headers of any size."""
+class HotRoute(Route):
+    """A POST route that carries most traffic: the request-id middleware calls
+    its handler straight (see RequestIdMiddleware)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            size = sum(len(name) + len(value) + 4 for name, value in scope["headers"])
-            if size > self.max_bytes:
-                error = HeadersTooLarge(f"request headers are {size} bytes, over the {self.max_bytes} "
-                                        "byte limit")
-                await error.response()(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+    def __init__(self, path: str, endpoint: FastHandler) -> None:
+        super().__init__(path, endpoint, methods=["POST"])
+        self.handler = endpoint
 
 
-def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
-    policy = policy or load_policy(settings.policy)
-    metrics = GatewayMetrics()
-    runtime = Runtime(policy)
-    flags = FlagStore(policy.speculative_pools)
-    keys = ClientKeys.load(settings.api_keys, settings.api_keys_file)
-    class_latency = ClassLatency()
-    proxy = ProxyEndpoints(settings, runtime, flags, metrics, keys, class_latency=class_latency)
-    log = structlog.get_logger("specgate")
-    health = HealthMonitor(httpx.AsyncClient(trust_env=False))
+def fast_paths(routes: Sequence[BaseRoute]) -> dict[str, FastHandler]:
+    """The middleware's table, read off the route list."""
+    return {route.path: route.handler for route in routes if isinstance(route, HotRoute)}
 
-    def apply(new_policy: Policy) -> None:
-        runtime.apply(new_policy)
-        flags.sync_pools(new_policy.speculative_pools)
-        _watch_pools(runtime, metrics, health)
 
-    reloader = PolicyReloader(settings.policy, apply, metrics)
-    sources = {"scrape": ScrapeSource()}
-    if settings.prometheus_url:
-        sources["prometheus"] = PrometheusSource(settings.prometheus_url)
-    guard = Guard(runtime, flags, metrics, sources, class_latency=class_latency)
-    admin = AdminAPI(settings.admin_token, proxy, flags, reloader, guard_status=guard.status)
+class GatewayParts:
+    def __init__(self, settings: Settings, policy: Policy) -> None:
+        self.settings = settings
+        self.metrics = GatewayMetrics()
+        self.runtime = Runtime(policy)
+        self.flags = FlagStore(policy.speculative_pools)
+        self.class_latency = ClassLatency()
+        self.proxy = ProxyEndpoints(settings, self.runtime, self.flags, self.metrics,
+                                    ClientKeys.load(settings.api_keys, settings.api_keys_file),
+                                    class_latency=self.class_latency)
+        self.log = structlog.get_logger("specgate")
+        self.health = HealthMonitor(httpx.AsyncClient(trust_env=False))
+        self.reloader = PolicyReloader(settings.policy, self.apply, self.metrics)
+        self.sources: SignalSources = {"scrape": ScrapeSource()}
+        if settings.prometheus_url:
+            self.sources["prometheus"] = PrometheusSource(settings.prometheus_url)
+        self.guard = Guard(self.runtime, self.flags, self.metrics, self.sources, class_latency=self.class_latency)
+        self.admin = AdminAPI(settings.admin_token, self.proxy, self.flags, self.reloader,
+                              guard_status=self.guard.status)
+        self.flags.add_listener(self.record_flag)
+        self.flag_file = FlagFile(settings.flags_file, self.flags) if settings.flags_file else None
+        if self.flag_file is not None:
+            self.flag_file.restore()
+        for name, flag in self.flags.snapshot().items():
+            self.metrics.speculative_enabled.labels(name).set(int(flag.routable))
 
-    def record_flag(pool: str, before: PoolFlag, after: PoolFlag) -> None:
-        metrics.speculative_enabled.labels(pool).set(int(after.routable))
+    def routes(self) -> list[BaseRoute]:
+        proxy = self.proxy
+        return [
+            HotRoute("/v1/chat/completions", proxy.chat),
+            HotRoute("/v1/completions", proxy.completions),
+            Route("/v1/models", proxy.models, methods=["GET"]),
+            Route("/v1/{rest:path}", proxy.passthrough, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
+            Route("/healthz", self.healthz, methods=["GET"]),
+            Route("/readyz", self.readyz, methods=["GET"]),
+            Route("/metrics", self.metrics_endpoint, methods=["GET"]),
+            *self.admin.routes(),
+        ]
+
+    def apply(self, policy: Policy) -> None:
+        """A reloaded policy: the pools, the flags, and the watch on the pools."""
+        self.runtime.apply(policy)
+        self.flags.sync_pools(policy.speculative_pools)
+        self.watch_pools()
+
+    def record_flag(self, pool: str, before: PoolFlag, after: PoolFlag) -> None:
+        self.metrics.speculative_enabled.labels(pool).set(int(after.routable))
         if before.routable != after.routable:
-            metrics.flag_flips.labels(pool, reason_word(after.reason)).inc()
-        log.info("flag_changed", pool=pool, mode=after.mode.value, enabled=after.routable,
-                 reason=after.reason, evidence=dict(after.evidence),
-                 disabled_classes=sorted(after.disabled_classes))
+            self.metrics.flag_flips.labels(pool, reason_word(after.reason)).inc()
+        self.log.info("flag_changed", pool=pool, mode=after.mode.value, enabled=after.routable,
+                      reason=after.reason, evidence=dict(after.evidence),
+                      disabled_classes=sorted(after.disabled_classes))
 
-    flags.add_listener(record_flag)
-    flag_file = FlagFile(settings.flags_file, flags) if settings.flags_file else None
-    if flag_file is not None:
-        flag_file.restore()
-    for name, flag in flags.snapshot().items():
-        metrics.speculative_enabled.labels(name).set(int(flag.routable))
+    def watch_pools(self) -> None:
+        """Health checks on the pools in force, and their endpoints' gauges."""
+        for pool in self.runtime.pools.values():
+            pool.on_health_change = functools.partial(self._record_health, pool)
+            self._record_health(pool)
+        with contextlib.suppress(RuntimeError):  # before start-up the lifespan calls this again
+            self.health.watch(self.runtime.pools.values())
+
+    def _record_health(self, pool: Pool, changed: Endpoint | None = None) -> None:
+        for endpoint in pool.endpoints:
+            self.metrics.endpoint_healthy.labels(pool.name, endpoint.url).set(_up(endpoint))
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        _watch_pools(runtime, metrics, health)
-        tasks = [asyncio.create_task(reloader.watch(settings.policy_watch_interval_s)),
-                 asyncio.create_task(guard.run())]
-        if flag_file is not None:
-            tasks.append(asyncio.create_task(flag_file.watch(settings.policy_watch_interval_s)))
-        with _signal(signal.SIGHUP, reloader.reload_quietly):
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self.watch_pools()
+        interval = self.settings.policy_watch_interval_s
+        tasks = [asyncio.create_task(self.reloader.watch(interval)), asyncio.create_task(self.guard.run())]
+        if self.flag_file is not None:
+            tasks.append(asyncio.create_task(self.flag_file.watch(interval)))
+        with _signal(signal.SIGHUP, self.reloader.reload_quietly):
             try:
                 yield
             finally:
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                if flag_file is not None:
-                    await flag_file.flush()
-                for source in sources.values():
-                    await source.aclose()
-                await health.stop()
-                await health.client.aclose()
-                await runtime.aclose()
-                log.info("stopped")  # after the drain (or its timeout)
+                await self._stop(tasks)
 
-    async def healthz(request: Request) -> Response:
+    async def _stop(self, tasks: list[asyncio.Task[None]]) -> None:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.flag_file is not None:
+            await self.flag_file.flush()
+        for source in self.sources.values():
+            await source.aclose()
+        await self.health.stop()
+        await self.health.client.aclose()
+        await self.runtime.aclose()
+        self.log.info("stopped")  # after the drain (or its timeout)
+
+    async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
-    async def readyz(request: Request) -> Response:
-        available = [name for name, pool in runtime.pools.items() if pool.has_available()]
+    async def readyz(self, request: Request) -> Response:
+        available = [name for name, pool in self.runtime.pools.items() if pool.has_available()]
         status = 200 if available else 503
         return JSONResponse({"ready": bool(available), "pools_available": available,
-                             "policy": runtime.policy.source}, status_code=status)
+                             "policy": self.runtime.policy.source}, status_code=status)
 
-    async def metrics_endpoint(request: Request) -> Response:
-        return Response(metrics.exposition(), media_type=metrics.content_type)
+    async def metrics_endpoint(self, request: Request) -> Response:
+        return Response(self.metrics.exposition(), media_type=self.metrics.content_type)
 
-    routes = [
-        Route("/v1/chat/completions", proxy.chat, methods=["POST"]),
-        Route("/v1/completions", proxy.completions, methods=["POST"]),
-        Route("/v1/models", proxy.models, methods=["GET"]),
-        Route("/v1/{rest:path}", proxy.passthrough, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", readyz, methods=["GET"]),
-        Route("/metrics", metrics_endpoint, methods=["GET"]),
-        *admin.routes(),
-    ]
-    app = Starlette(
-        routes=routes,
-        lifespan=lifespan,
-        exception_handlers={GatewayError: _gateway_error, HTTPException: _http_error,
-                            Exception: _unexpected_error},
-    )
-    app.add_middleware(RequestIdMiddleware, hot={"/v1/chat/completions": proxy.chat,
-                                                 "/v1/completions": proxy.completions})
+
+def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
+    parts = GatewayParts(settings, policy or load_policy(settings.policy))
+    routes = parts.routes()
+    app = Starlette(routes=routes, lifespan=parts.lifespan, exception_handlers=dict(exception_handlers()))
+    app.add_middleware(RequestIdMiddleware, hot=fast_paths(routes))
     app.add_middleware(HeaderLimitMiddleware, max_bytes=settings.max_header_bytes)
     app.state.settings = settings
-    app.state.runtime = runtime
-    app.state.flags = flags
-    app.state.metrics = metrics
-    app.state.proxy = proxy
-    app.state.reloader = reloader
-    app.state.guard = guard
+    app.state.runtime = parts.runtime
+    app.state.flags = parts.flags
+    app.state.metrics = parts.metrics
+    app.state.proxy = parts.proxy
+    app.state.reloader = parts.reloader
+    app.state.guard = parts.guard
     return app
-
-
-def _watch_pools(runtime: Runtime, metrics: GatewayMetrics, health: HealthMonitor) -> None:
-    def record(pool: Pool) -> None:
-        for endpoint in pool.endpoints:
-            metrics.endpoint_healthy.labels(pool.name, endpoint.url).set(_up(endpoint))
-
-    for pool in runtime.pools.values():
-        pool.on_health_change = lambda endpoint, pool=pool: record(pool)
-        record(pool)
-    with contextlib.suppress(RuntimeError):  # before start-up the lifespan calls this again
-        health.watch(runtime.pools.values())
 
 
 def _up(endpoint: Endpoint) -> int:
@@ -229,33 +191,3 @@ def _signal(signum: int, handler: Callable[[], None]) -> Iterator[None]:
     finally:
         if installed:
             loop.remove_signal_handler(signum)
-
-
-def _with_request_id(request: Request, response: Response) -> Response:
-    rid = getattr(request.state, "request_id", None)
-    if rid:
-        response.headers["x-request-id"] = rid
-    return response
-
-
-async def _gateway_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, GatewayError)
-    return _with_request_id(request, exc.response())
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    if exc.status_code == 405:
-        error: GatewayError = MethodNotAllowed(f"method {request.method} is not allowed on {request.url.path}")
-    elif exc.status_code == 404:
-        error = NotFound(f"no route for {request.method} {request.url.path}")
-    else:  # routing raises only 404 and 405; anything else is the client's fault too
-        error = InvalidRequest(str(exc.detail))
-    return _with_request_id(request, error.response(dict(exc.headers or {})))
-
-
-async def _unexpected_error(request: Request, exc: Exception) -> Response:
-    structlog.get_logger("specgate").error("unhandled_error", error=type(exc).__name__,
-                                           path=request.url.path)
-    body = error_body("internal gateway error", "internal_error")
-    return _with_request_id(request, JSONResponse(body, status_code=500))
