@@ -6,9 +6,10 @@
     ├── Forbidden             403     admin API disabled or wrong token
     ├── NotFound              404     unknown path, unknown pool
     ├── MethodNotAllowed      405
-    ├── RequestTimeout        408     body not received within body_timeout_s
     ├── PayloadTooLarge       413     body over max_body_bytes
-    ├── HeadersTooLarge       431     headers over max_header_bytes
+    ├── HangsUp                       answered before the request was read whole: closes the connection
+    │   ├── RequestTimeout    408     body not received within body_timeout_s
+    │   └── HeadersTooLarge   431     headers over max_header_bytes
     ├── NoHealthyBackend      503     nothing to send the request to (Retry-After)
     └── UpstreamError                 the backend failed before the first byte
         ├── UpstreamUnreachable   502 connect errors or bad statuses after retries
@@ -74,13 +75,18 @@ class MethodNotAllowed(GatewayError):
     code = "method_not_allowed"
 
 
-class RequestTimeout(GatewayError):
+class HangsUp(GatewayError):
+    """An answer sent before the whole request was read (more of it may still
+    come): it closes the connection."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, headers={"connection": "close"})
+
+
+class RequestTimeout(HangsUp):
     status_code = 408
     error_type = "invalid_request_error"
     code = "request_timeout"
-
-    def __init__(self, message: str) -> None:  # the rest of the body may still come: hang up
-        super().__init__(message, headers={"connection": "close"})
 
 
 class PayloadTooLarge(GatewayError):
@@ -89,13 +95,10 @@ class PayloadTooLarge(GatewayError):
     code = "payload_too_large"
 
 
-class HeadersTooLarge(GatewayError):
+class HeadersTooLarge(HangsUp):
     status_code = 431
     error_type = "invalid_request_error"
     code = "headers_too_large"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, headers={"connection": "close"})
 
 
 class NoHealthyBackend(GatewayError):
