@@ -61,7 +61,7 @@ class FakePrometheus(_InThread):
                 pass
 
         self.server = _QuietHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
 
 class TricklingMetrics(_InThread):
@@ -96,7 +96,7 @@ class TricklingMetrics(_InThread):
 
         self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()

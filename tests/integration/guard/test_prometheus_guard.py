@@ -70,7 +70,7 @@ def test_guard_trips_recovers_and_fails_static_on_a_real_prometheus(fakes, prome
             assert app.state.runtime.load()["speculative"] == 7
             assert pool["latency"]["baseline"] == "standard"
             assert pool["latency"]["regression_pct"] == pytest.approx(0, abs=10)
-            assert "127.0.0.1:%d" % spec_fake.port in pool["signals"]["endpoints"]
+            assert f"127.0.0.1:{spec_fake.port}" in pool["signals"]["endpoints"]
             assert served_by(client) == "speculative"
 
             feeder.acceptance = 0.2  # 1 of 3 drafted tokens: acceptance 1/3, under 0.4

@@ -7,6 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.decide.policy import PolicyError, load_policy, parse_policy
 
@@ -51,11 +54,16 @@ def test_valid_policy_loads():
     ("route: fast", "route: nowhere", "p.yaml:13: rules[0].route: unknown pool 'nowhere'"),
     ("name: rest", "name: greedy", "p.yaml:14: rules[1].name: duplicate rule name 'greedy'"),
     ("{temperature: {le: 0.3}}", "{temprature: {le: 0.3}}", "p.yaml:12: rules[0].when.temprature: unknown feature"),
-    ("{temperature: {le: 0.3}}", "{temperature: {around: 0.3}}", "p.yaml:12: rules[0].when.temperature.around: unknown operator"),
-    ("{temperature: {le: 0.3}}", "{temperature: {le: low}}", "p.yaml:12: rules[0].when.temperature.le: 'le' needs a number"),
-    ("{temperature: {le: 0.3}}", "{load.turbo: {ge: 2}}", "p.yaml:12: rules[0].when.load.turbo: 'load.turbo' names unknown pool"),
-    ("{temperature: {le: 0.3}}", "{domain: {matches: '('}}", "p.yaml:12: rules[0].when.domain.matches: invalid regular expression"),
-    ('"http://127.0.0.1:9002"', '"127.0.0.1:9002"', "p.yaml:9: pools.slow.endpoints[0].url: Value error, endpoint url must start"),
+    ("{temperature: {le: 0.3}}", "{temperature: {around: 0.3}}",
+     "p.yaml:12: rules[0].when.temperature.around: unknown operator"),
+    ("{temperature: {le: 0.3}}", "{temperature: {le: low}}",
+     "p.yaml:12: rules[0].when.temperature.le: 'le' needs a number"),
+    ("{temperature: {le: 0.3}}", "{load.turbo: {ge: 2}}",
+     "p.yaml:12: rules[0].when.load.turbo: 'load.turbo' names unknown pool"),
+    ("{temperature: {le: 0.3}}", "{domain: {matches: '('}}",
+     "p.yaml:12: rules[0].when.domain.matches: invalid regular expression"),
+    ('"http://127.0.0.1:9002"', '"127.0.0.1:9002"',
+     "p.yaml:9: pools.slow.endpoints[0].url: Value error, endpoint url must start"),
     ("version: 1", "version: 2", "p.yaml:1: version: Input should be 1"),
     ("    fallback: slow\n", "    fallback: ghost\n", "p.yaml:6: pools.fast.fallback: unknown pool 'ghost'"),
     ("  - name: rest\n    route: slow\n", "", None),  # still valid: one rule
@@ -113,10 +121,6 @@ def test_check_command_exit_codes(tmp_path):
 
 
 # -- fuzzing the loader: any input gives a Policy or a PolicyError with a line, nothing else
-
-import yaml  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12)
 trees = st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(

@@ -57,7 +57,8 @@ def openmetrics() -> str:
           ("specgate_flag_flips_total", 'pool="speculative",reason="recovered"',
            counter(lambda i: 1 if i + 1 - 30 in OFF_AT else 0))]),
         ("specgate_speculative_enabled", "gauge",
-         [("specgate_speculative_enabled", 'pool="speculative"', [0.0 if off(i) else 1.0 for i in range(MINUTES + 1)])]),
+         [("specgate_speculative_enabled", 'pool="speculative"',
+           [0.0 if off(i) else 1.0 for i in range(MINUTES + 1)])]),
         ("specgate_request_duration_seconds", "histogram",
          [("specgate_request_duration_seconds_bucket", f'pool="{pool}",le="{le}"', counter(lambda i, n=n: n))
           for pool, buckets in (("speculative", SPEC_BUCKETS), ("standard", STD_BUCKETS))
@@ -67,7 +68,7 @@ def openmetrics() -> str:
     for family, kind, members in families:
         lines.append(f"# TYPE {family} {kind}")
         for name, labels, values in members:
-            lines += [f"{name}{{{labels}}} {value:g} {t}" for t, value in zip(times, values)]
+            lines += [f"{name}{{{labels}}} {value:g} {t}" for t, value in zip(times, values, strict=True)]
     lines.append("# EOF")
     return "\n".join(lines) + "\n"
 
@@ -107,7 +108,8 @@ def expected_quantile(q: float, buckets: dict[str, float]) -> float:
 
 def test_report_numbers_equal_the_known_rates(prometheus, tmp_path):
     baseline = tmp_path / "baseline.json"
-    write_baseline(baseline, Baseline(url="http://std", model="m", recorded_at=datetime(2023, 11, 1, tzinfo=timezone.utc),
+    write_baseline(baseline, Baseline(url="http://std", model="m",
+                                      recorded_at=datetime(2023, 11, 1, tzinfo=timezone.utc),
                                       requests=100, ttft_s=Percentiles(p50=0.1, p95=0.2),
                                       tpot_s=Percentiles(p50=0.02, p95=0.03), e2e_s=Percentiles(p50=1.5, p95=3.0)))
     out = tmp_path / "report"
