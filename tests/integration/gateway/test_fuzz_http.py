@@ -169,8 +169,9 @@ def run_connection(surface: Surface, templates: list[tuple[bytes, bytes]]) -> tu
     markers = [f"fz{next(surface.markers)}" for _ in templates]
     problems, seen = [], []
     with RawConnection(surface.url, DEADLINE_S) as connection:
-        connection.send(b"".join(t.replace(b"{marker}", m.encode()) for (_, t), m in zip(templates, markers)))
-        for (verb, _), marker in zip(templates, markers):
+        pairs = zip(templates, markers, strict=True)
+        connection.send(b"".join(template.replace(b"{marker}", m.encode()) for (_, template), m in pairs))
+        for (verb, _), marker in zip(templates, markers, strict=True):
             try:
                 answer = connection.answer(verb.decode("latin-1"))
             except Hang as exc:

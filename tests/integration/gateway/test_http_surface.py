@@ -37,7 +37,7 @@ def backend_paths(*fakes: FakeVllm, since: dict[FakeVllm, int]) -> list[str]:
 
 
 def all_leases_back(gateway: Gateway) -> bool:
-    return wait_for(lambda: not leases_outstanding(gateway.edge.app.state.runtime), 10)
+    return wait_for(lambda: not leases_outstanding(gateway.app.state.runtime), 10)
 
 
 def test_expect_100_continue_gets_its_own_final_answer(gateway, std_fake):

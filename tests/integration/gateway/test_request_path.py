@@ -25,10 +25,10 @@ GREEDY = {"model": "m", "messages": MESSAGES, "temperature": 0, "max_tokens": 12
 
 def accounting(gateway: Gateway) -> dict[str, tuple[int, list[int], float | None]]:
     """Per pool: its in-flight count, each endpoint's outstanding count, and the gauge."""
-    registry = gateway.edge.app.state.metrics.registry
+    registry = gateway.app.state.metrics.registry
     return {name: (pool.in_flight, [e.outstanding for e in pool.endpoints],
                    registry.get_sample_value("specgate_in_flight", {"pool": name}))
-            for name, pool in gateway.edge.app.state.runtime.pools.items()}
+            for name, pool in gateway.app.state.runtime.pools.items()}
 
 
 def idle(gateway: Gateway) -> bool:
@@ -39,7 +39,7 @@ def idle(gateway: Gateway) -> bool:
 def assert_idle(gateway: Gateway) -> None:
     """Every pool, endpoint and gauge back at 0 (the pool's own books, not only the gauge)."""
     wait_until(lambda: idle(gateway), f"nothing in flight (now {accounting(gateway)})", timeout=15)
-    assert all(load == 0 for load in gateway.edge.app.state.runtime.load().values())
+    assert all(load == 0 for load in gateway.app.state.runtime.load().values())
 
 
 def post(gateway: Gateway, body: dict, **kwargs) -> httpx.Response:
@@ -119,9 +119,9 @@ def test_clients_that_leave_before_the_headers_do_not_eject_a_healthy_endpoint(g
     for left in range(1, 4):  # the test policy ejects after 2 failures
         with pytest.raises(httpx.ReadTimeout):
             post(gateway, GREEDY, timeout=httpx.Timeout(5, read=0.2))
-        wait_until(lambda: len(spec_fake.disconnects) == left, "the backend saw the request cancelled")
+        wait_until(lambda left=left: len(spec_fake.disconnects) == left, "the backend saw the request cancelled")
         assert_idle(gateway)
-    endpoint = gateway.edge.app.state.runtime.pools["speculative"].endpoints[0]
+    endpoint = gateway.app.state.runtime.pools["speculative"].endpoints[0]
     assert (endpoint.failures, endpoint.ejected()) == (0, False)
     spec_fake.script(delay=0.0)
     assert post(gateway, GREEDY).headers["x-specgate-pool"] == "speculative"

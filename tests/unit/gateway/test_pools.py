@@ -79,7 +79,7 @@ def test_ejection_after_consecutive_failures_then_half_open_trial():
 def test_all_ejected_means_least_bad_in_degraded_mode():
     clock = Clock()
     pool = make_pool(1, 1, clock=clock)
-    for endpoint, failures in zip(pool.endpoints, (5, 3)):
+    for endpoint, failures in zip(pool.endpoints, (5, 3), strict=True):
         for _ in range(failures):
             lease = pool.acquire(exclude=[e for e in pool.endpoints if e is not endpoint], degraded=True)
             lease.release(ok=False)
