@@ -19,9 +19,10 @@ from typing import Any
 import httpx
 import structlog
 
-from gateway.decide.traffic import ClassLatency, TokenMeter
+from gateway.decide.traffic import ClassLatency
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
+from gateway.upstream.meter import TokenMeter
 from gateway.upstream.pools import Pool
 from gateway.upstream.proxy import Claim, Forwarder, Opened, Outbound
 from gateway.upstream.runtime import Runtime

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import httpx
 from starlette.types import Message, Receive, Scope, Send
 
-from gateway.decide.traffic import DONE
 from gateway.errors import GatewayError
 from gateway.upstream.exchange import SSE, Exchange, Outcome
 from gateway.upstream.failures import upstream_error
+from gateway.upstream.meter import DONE
 from gateway.upstream.proxy import Opened, response_headers
 from gateway.upstream.upstream import Upstream
 
