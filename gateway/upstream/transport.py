@@ -70,7 +70,7 @@ class Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream connection always gets a Transport
 
     def data_received(self, data: bytes) -> None:
         if not self.asked or self.complete:  # nobody is waiting for these bytes
