@@ -24,7 +24,7 @@ from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
 from gateway.upstream.exchange import Exchange, Outgoing, Recorder
-from gateway.upstream.proxy import request_headers
+from gateway.upstream.proxy import Forwarder, request_headers
 from gateway.upstream.relay import Relay, RelayTimeouts
 from gateway.upstream.runtime import Runtime
 from gateway.upstream.upstream import Upstream
@@ -70,6 +70,7 @@ class ProxyEndpoints:
         self.metrics = metrics
         self.rng = rng or random.Random()
         self.recorder = Recorder(metrics, runtime, class_latency)
+        self.forwarder = Forwarder(on_error=self.recorder.error, on_retry=self.recorder.retry)
 
     def route(self, body: Mapping[str, Any], endpoint: str, headers: Mapping[str, str]) -> Routed:
         """The decision for a parsed body, without sending anything anywhere."""
@@ -95,7 +96,8 @@ class ProxyEndpoints:
         outgoing = Outgoing("POST", path, raw, self._forwarded(request), body=body, stream=features.stream,
                             drop_client_key=self.keys.enabled)
         return self._relay(request, Exchange(chain, outgoing, request.state.request_id, decision.rule, started,
-                                             self.recorder, degraded, self._traffic_class(features)))
+                                             self.forwarder, self.recorder, degraded,
+                                             self._traffic_class(features)))
 
     async def passthrough(self, request: Request) -> ASGIApp:
         """Any other /v1/* path goes to the policy's default pool as it is."""
@@ -108,7 +110,7 @@ class ProxyEndpoints:
         outgoing = Outgoing(request.method, target, raw, self._forwarded(request),
                             drop_client_key=self.keys.enabled)
         return self._relay(request, Exchange(chain, outgoing, request.state.request_id, "passthrough", started,
-                                             self.recorder, degraded))
+                                             self.forwarder, self.recorder, degraded))
 
     async def models(self, request: Request) -> Response:
         """The union of the models the pools' backends serve."""

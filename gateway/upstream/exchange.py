@@ -93,7 +93,15 @@ class Recorder:
         self.runtime = runtime
         self.class_latency = class_latency
         self.log = structlog.get_logger("specgate.request")
-        self.forwarder = Forwarder(on_error=self.error, on_retry=self.retry)
+
+    def overhead(self, seconds: float) -> None:
+        self.metrics.overhead.observe(seconds)
+
+    def answered(self, pool: Pool, rule: str, status: int, duration_s: float, ttfb_s: float | None) -> None:
+        self.metrics.requests.labels(pool.name, rule, str(status)).inc()
+        self.metrics.duration.labels(pool.name).observe(duration_s)
+        if ttfb_s is not None:
+            self.metrics.ttfb.labels(pool.name).observe(ttfb_s)
 
     def lease(self, pool: Pool, delta: int) -> None:
         self.metrics.in_flight.labels(pool.name).inc(delta)
@@ -117,6 +125,7 @@ class Exchange:
     request_id: str
     rule: str
     started: float  # perf_counter() at the request's arrival
+    forwarder: Forwarder
     recorder: Recorder
     degraded: bool = False  # no pool of the chain has an endpoint available: least-bad will do
     traffic: str | None = None  # the class a streamed answer's token timing is kept under
@@ -128,8 +137,8 @@ class Exchange:
 
     async def open(self) -> Opened:
         """The backend's answer, headers in, leased through the claim."""
-        self.recorder.metrics.overhead.observe(time.perf_counter() - self.started)
-        opened = await self.recorder.forwarder.open_first(self.chain, self._outbound, self.claim, self.degraded)
+        self.recorder.overhead(time.perf_counter() - self.started)
+        opened = await self.forwarder.open_first(self.chain, self._outbound, self.claim, self.degraded)
         stream = opened.response.stream
         if (self.traffic is not None and isinstance(stream, httpx.AsyncByteStream)
                 and opened.response.headers.get("content-type", "").startswith(SSE)):
@@ -157,18 +166,15 @@ class Exchange:
     def _record(self, outcome: Outcome) -> None:
         duration = time.perf_counter() - self.started
         pool = self.claim.pool or self.chain[0].pool
-        metrics = self.recorder.metrics
-        metrics.requests.labels(pool.name, self.rule, str(outcome.status)).inc()
-        metrics.duration.labels(pool.name).observe(duration)
+        opened = outcome.opened
+        self.recorder.answered(pool, self.rule, outcome.status, duration, None if opened is None else opened.ttfb_s)
         fields: dict[str, Any] = {"request_id": self.request_id, "pool": pool.name, "rule": self.rule,
                                   "status": outcome.status, "duration": round(duration, 6)}
         if self.claim.fallback is not None:
             fields["fallback"] = self.claim.fallback
-        opened = outcome.opened
         if opened is not None:
             if outcome.error is not None:
                 self.recorder.error(pool, "stream_cut")
-            metrics.ttfb.labels(pool.name).observe(opened.ttfb_s)
             fields.update(endpoint=opened.lease.endpoint.url, ttfb=round(opened.ttfb_s, 6))
             if self.traffic is not None and self.meter is not None and outcome.ok:
                 self.recorder.tpot(self.traffic, pool, self.meter)
