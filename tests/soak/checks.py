@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 
 
 def backoff_violations(arrivals: Sequence[float], health: Mapping[str, float]) -> list[str]:
@@ -15,7 +16,7 @@ def backoff_violations(arrivals: Sequence[float], health: Mapping[str, float]) -
     backoff = health["backoff_s"]
     times = sorted(arrivals)
     eject_after = int(health["eject_after"])
-    for index, (before, after) in enumerate(zip(times[eject_after - 1:], times[eject_after:])):
+    for index, (before, after) in enumerate(pairwise(times[eject_after - 1:])):
         if after - before < backoff - 0.001:
             problems.append(f"request {index + eject_after}: {after - before:.3f} s after the "
                             f"previous one, back-off {backoff:g} s")
