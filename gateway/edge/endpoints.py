@@ -95,9 +95,9 @@ class ProxyEndpoints:
         chain, degraded = self._chain(decision.pool, grant)
         outgoing = Outgoing("POST", path, raw, self._forwarded(request), body=body, stream=features.stream,
                             drop_client_key=self.keys.enabled)
-        return self._relay(request, Exchange(chain, outgoing, request.state.request_id, decision.rule, started,
-                                             self.forwarder, self.recorder, degraded,
-                                             self._traffic_class(features)))
+        return self._relay(Exchange(chain, outgoing, request.state.request_id, decision.rule, started,
+                                    self.forwarder, self.recorder, degraded=degraded,
+                                    traffic=self._traffic_class(features)))
 
     async def passthrough(self, request: Request) -> ASGIApp:
         """Any other /v1/* path goes to the policy's default pool as it is."""
@@ -109,8 +109,8 @@ class ProxyEndpoints:
         _check_sendable(target, chain)
         outgoing = Outgoing(request.method, target, raw, self._forwarded(request),
                             drop_client_key=self.keys.enabled)
-        return self._relay(request, Exchange(chain, outgoing, request.state.request_id, "passthrough", started,
-                                             self.forwarder, self.recorder, degraded))
+        return self._relay(Exchange(chain, outgoing, request.state.request_id, "passthrough", started,
+                                    self.forwarder, self.recorder, degraded=degraded))
 
     async def models(self, request: Request) -> Response:
         """The union of the models the pools' backends serve."""
@@ -161,7 +161,7 @@ class ProxyEndpoints:
         before anything is leased), less hop-by-hop ones."""
         return request_headers(request.headers.items(), {"x-request-id": request.state.request_id})
 
-    def _relay(self, request: Request, exchange: Exchange) -> Relay:
+    def _relay(self, exchange: Exchange) -> Relay:
         return Relay(exchange, RelayTimeouts.for_chain(exchange.chain, self.settings.keepalive_s,
                                                        self.settings.write_timeout_s))
 
