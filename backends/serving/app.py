@@ -115,63 +115,83 @@ def create_openai_app(
     `GET /health` answers 200 or 503 (empty body either way, as vLLM).
     `fingerprint` is the `system_fingerprint` (default: vLLM-shaped, derived
     from the model name)."""
-    created = int(time.time())
-    fingerprint = fingerprint if fingerprint is not None else system_fingerprint(model_name)
+    endpoints = _Endpoints(
+        generator,
+        metrics,
+        model_name,
+        max_model_len=max_model_len,
+        model_root=model_root,
+        healthy=healthy,
+        fingerprint=fingerprint if fingerprint is not None else system_fingerprint(model_name),
+    )
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", endpoints.chat, methods=["POST"]),
+            Route("/v1/completions", endpoints.completions, methods=["POST"]),
+            Route("/v1/models", endpoints.models, methods=["GET"]),
+            Route("/health", endpoints.health, methods=["GET"]),
+            Route("/metrics", endpoints.metrics_endpoint, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: _http_error},
+    )
 
-    async def chat(request: Request) -> Response:
-        return await _complete(request, "chat")
 
-    async def completions(request: Request) -> Response:
-        return await _complete(request, "completions")
+@dataclasses.dataclass
+class _Endpoints:
+    """The handlers of one served model."""
 
-    async def _complete(request: Request, endpoint: Endpoint) -> Response:
+    generator: TokenGenerator
+    metrics: VllmMetrics
+    model_name: str
+    max_model_len: int | None
+    model_root: str | None
+    healthy: Callable[[], bool]
+    fingerprint: str
+    created: int = dataclasses.field(default_factory=lambda: int(time.time()))
+
+    async def chat(self, request: Request) -> Response:
+        return await self._complete(request, "chat")
+
+    async def completions(self, request: Request) -> Response:
+        return await self._complete(request, "completions")
+
+    async def _complete(self, request: Request, endpoint: Endpoint) -> Response:
         try:
             body = await request.json()
         except ValueError:
             return _error(ProtocolError("The request body is not valid JSON."))
         request_id = request.headers.get("x-request-id") or random_id()
         try:
-            parsed = parse_request(endpoint, body, served_model=model_name, request_id=request_id)
+            parsed = parse_request(endpoint, body, served_model=self.model_name, request_id=request_id)
         except ProtocolError as exc:
             return _error(exc)
-        builder = ResponseBuilder(
-            endpoint, model_name, request_id, system_fingerprint=fingerprint
-        )
+        builder = ResponseBuilder(endpoint, self.model_name, request_id, system_fingerprint=self.fingerprint)
         if parsed.stream:
-            return DisconnectAwareStream(_events(generator, metrics, parsed, builder))
+            return DisconnectAwareStream(_events(self.generator, self.metrics, parsed, builder))
         try:
-            work = _whole(generator, metrics, parsed, builder)
+            work = _whole(self.generator, self.metrics, parsed, builder)
             return await run_until_disconnect(request.receive, work)
         except ClientGone:
             return _error(ProtocolError("Client disconnected"))
 
-    async def models(request: Request) -> Response:
-        return JSONResponse(
-            model_list(model_name, root=model_root, max_model_len=max_model_len, created=created)
+    async def models(self, request: Request) -> Response:
+        listing = model_list(
+            self.model_name, root=self.model_root, max_model_len=self.max_model_len, created=self.created
         )
+        return JSONResponse(listing)
 
-    async def health(request: Request) -> Response:
-        return Response(status_code=200 if healthy() else 503)
+    async def health(self, request: Request) -> Response:
+        return Response(status_code=200 if self.healthy() else 503)
 
-    async def metrics_endpoint(request: Request) -> Response:
-        payload, content_type = metrics.render(request.headers.get("accept", ""))
+    async def metrics_endpoint(self, request: Request) -> Response:
+        payload, content_type = self.metrics.render(request.headers.get("accept", ""))
         return Response(payload, headers={"Content-Type": content_type})
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        # vLLM (FastAPI) answers unknown routes and methods with {"detail": ...}
-        assert isinstance(exc, HTTPException)
-        return JSONResponse({"detail": exc.detail}, exc.status_code, headers=exc.headers)
 
-    return Starlette(
-        routes=[
-            Route("/v1/chat/completions", chat, methods=["POST"]),
-            Route("/v1/completions", completions, methods=["POST"]),
-            Route("/v1/models", models, methods=["GET"]),
-            Route("/health", health, methods=["GET"]),
-            Route("/metrics", metrics_endpoint, methods=["GET"]),
-        ],
-        exception_handlers={HTTPException: http_error},
-    )
+async def _http_error(request: Request, exc: Exception) -> Response:
+    # vLLM (FastAPI) answers unknown routes and methods with {"detail": ...}
+    assert isinstance(exc, HTTPException)
+    return JSONResponse({"detail": exc.detail}, exc.status_code, headers=exc.headers)
 
 
 def _error(exc: ProtocolError) -> JSONResponse:

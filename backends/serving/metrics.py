@@ -12,7 +12,7 @@ vLLM, the spec-decode counters exist only on a speculative server, with one
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
@@ -32,6 +32,29 @@ INTER_TOKEN_LATENCY_BUCKETS = (
 )  # fmt: skip
 # vllm/v1/engine/__init__.py: FINISH_REASON_STRINGS
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+
+class _Series:
+    """Makes one engine's series: every metric carries `model_name` and `engine`."""
+
+    def __init__(self, registry: CollectorRegistry, model_name: str, engine: str) -> None:
+        self.registry = registry
+        self.labels = ("model_name", "engine")
+        self.values = (model_name, engine)
+
+    def gauge(self, name: str, doc: str, read: Callable[[], float]) -> None:
+        Gauge(name, doc, self.labels, registry=self.registry).labels(*self.values).set_function(read)
+
+    def counter(self, name: str, doc: str) -> Counter:
+        return Counter(name, doc, self.labels, registry=self.registry).labels(*self.values)
+
+    def counters_by(self, name: str, doc: str, label: str, keys: Sequence[str]) -> dict[str, Counter]:
+        """One counter with a further label, and its series for each of `keys`."""
+        family = Counter(name, doc, (*self.labels, label), registry=self.registry)
+        return {key: family.labels(*self.values, key) for key in keys}
+
+    def histogram(self, name: str, doc: str, buckets: Sequence[float]) -> Histogram:
+        return Histogram(name, doc, self.labels, buckets=buckets, registry=self.registry).labels(*self.values)
 
 
 class VllmMetrics:
@@ -56,77 +79,59 @@ class VllmMetrics:
     ) -> None:
         self.registry = registry
         self.num_speculative_tokens = num_speculative_tokens
-        labels = ("model_name", "engine")
-        values = (model_name, engine)
         self.running = 0
         self.waiting = 0
         self._observing = threading.Lock()
         self._pinned: dict[str, int | None] = {"running": None, "waiting": None}
+        series = _Series(registry, model_name, engine)
+        self._add_load_gauges(series)
+        self._add_request_metrics(series)
+        self.spec_drafts = self.spec_draft_tokens = self.spec_accepted = None
+        self.spec_accepted_per_pos: list = []
+        if num_speculative_tokens is not None:
+            self._add_spec_decode_counters(series, num_speculative_tokens)
 
-        def gauge(name: str, doc: str, key: str) -> None:
-            child = Gauge(name, doc, labels, registry=registry).labels(*values)
-            child.set_function(lambda: self._exposed(key))
+    def _add_load_gauges(self, series: _Series) -> None:
+        """The running/waiting gauges, read at scrape time (pinned values first)."""
+        running, waiting = "vllm:num_requests_running", "vllm:num_requests_waiting"
+        series.gauge(running, "Number of requests in model execution batches.", lambda: self._exposed("running"))
+        series.gauge(waiting, "Number of requests waiting to be processed.", lambda: self._exposed("waiting"))
 
-        gauge(
-            "vllm:num_requests_running", "Number of requests in model execution batches.", "running"
+    def _add_request_metrics(self, series: _Series) -> None:
+        """What every finished request adds: tokens, outcome, latencies."""
+        self.prompt_tokens = series.counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.generation_tokens = series.counter("vllm:generation_tokens", "Number of generation tokens processed.")
+        self.request_success = series.counters_by(
+            "vllm:request_success", "Count of successfully processed requests.", "finished_reason", FINISH_REASONS
         )
-        gauge(
-            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", "waiting"
-        )
-
-        def counter(name: str, doc: str) -> Counter:
-            return Counter(name, doc, labels, registry=registry).labels(*values)
-
-        def histogram(name: str, doc: str, buckets: Sequence[float]) -> Histogram:
-            return Histogram(name, doc, labels, buckets=buckets, registry=registry).labels(*values)
-
-        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
-        self.generation_tokens = counter(
-            "vllm:generation_tokens", "Number of generation tokens processed."
-        )
-        success = Counter(
-            "vllm:request_success",
-            "Count of successfully processed requests.",
-            (*labels, "finished_reason"),
-            registry=registry,
-        )
-        self.request_success = {r: success.labels(*values, r) for r in FINISH_REASONS}
-        self.time_to_first_token = histogram(
+        self.time_to_first_token = series.histogram(
             "vllm:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
             TIME_TO_FIRST_TOKEN_BUCKETS,
         )
-        self.inter_token_latency = histogram(
+        self.inter_token_latency = series.histogram(
             "vllm:inter_token_latency_seconds",
             "Histogram of inter-token latency in seconds.",
             INTER_TOKEN_LATENCY_BUCKETS,
         )
-        self.e2e_request_latency = histogram(
+        self.e2e_request_latency = series.histogram(
             "vllm:e2e_request_latency_seconds",
             "Histogram of e2e request latency in seconds.",
             REQUEST_LATENCY_BUCKETS,
         )
-        self.spec_drafts = self.spec_draft_tokens = self.spec_accepted = None
-        self.spec_accepted_per_pos: list = []
-        if num_speculative_tokens is not None:
-            self.spec_drafts = counter(
-                "vllm:spec_decode_num_drafts", "Number of spec decoding drafts."
-            )
-            self.spec_draft_tokens = counter(
-                "vllm:spec_decode_num_draft_tokens", "Number of draft tokens."
-            )
-            self.spec_accepted = counter(
-                "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens."
-            )
-            per_pos = Counter(
-                "vllm:spec_decode_num_accepted_tokens_per_pos",
-                "Accepted tokens per draft position.",
-                (*labels, "position"),
-                registry=registry,
-            )
-            self.spec_accepted_per_pos = [
-                per_pos.labels(*values, str(pos)) for pos in range(num_speculative_tokens)
-            ]
+
+    def _add_spec_decode_counters(self, series: _Series, num_speculative_tokens: int) -> None:
+        """A speculative server's counters, with one `position` series per draft token."""
+        self.spec_drafts = series.counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
+        self.spec_draft_tokens = series.counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
+        self.spec_accepted = series.counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
+        per_pos = series.counters_by(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            "position",
+            [str(pos) for pos in range(num_speculative_tokens)],
+        )
+        self.spec_accepted_per_pos = list(per_pos.values())
 
     # Load ------------------------------------------------------------------
 
