@@ -82,6 +82,10 @@ class BackgroundServer:
                 await server.serve(sockets=[sock])
             finally:
                 ready_task.cancel()
+                # A forced exit leaves connections that were mid-request (or came in
+                # after `stop` aborted the others) open: close them before the loop goes.
+                _abort_connections(server)
+                await asyncio.sleep(0)
                 ready.set()
 
         def main() -> None:
