@@ -11,9 +11,18 @@ from __future__ import annotations
 
 import argparse
 
-from backends.sim.model import SimParams
+from backends.sim.model import DEFAULT_PARAMS
 
-DEFAULTS = SimParams()
+# The SimParams fields the command line can change, each a positive number: (type, help).
+TUNABLE: dict[str, tuple[type[int] | type[float], str]] = {
+    "num_speculative_tokens": (int, "draft tokens per step"),
+    "max_num_seqs": (int, "sequences per batch; more requests wait"),
+    "output_tokens": (int, "answer length when max_tokens does not cut it shorter"),
+    "draft_quality": (
+        float,
+        "multiply every draft acceptance; e.g. 0.6 models a weak draft whose acceptance trips the guard",
+    ),
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,31 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="multiply every simulated duration; 0.1 runs 10x faster than the modelled GPU "
         "(default: %(default)s)",
     )
-    parser.add_argument(
-        "--num-speculative-tokens",
-        type=int,
-        default=DEFAULTS.num_speculative_tokens,
-        help="draft tokens per step (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--max-num-seqs",
-        type=int,
-        default=DEFAULTS.max_num_seqs,
-        help="sequences per batch; more requests wait (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--output-tokens",
-        type=int,
-        default=DEFAULTS.output_tokens,
-        help="answer length when max_tokens does not cut it shorter (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--draft-quality",
-        type=float,
-        default=DEFAULTS.draft_quality,
-        help="multiply every draft acceptance; e.g. 0.6 models a weak draft whose "
-        "acceptance trips the guard (default: %(default)s)",
-    )
+    for name, (kind, help_text) in TUNABLE.items():
+        flag, default = "--" + name.replace("_", "-"), getattr(DEFAULT_PARAMS, name)
+        parser.add_argument(flag, type=kind, default=default, help=f"{help_text} (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=None, help="seed for acceptance draws")
     parser.add_argument(
         "--log-level", default="warning", help="uvicorn log level (default: %(default)s)"
@@ -77,18 +64,10 @@ def run(args: argparse.Namespace) -> int:
     from backends.serving.server import bind_socket, uvicorn_config
     from backends.sim.server import create_sim_app
 
-    names = ("time_scale", "num_speculative_tokens", "max_num_seqs", "output_tokens",
-             "draft_quality")  # fmt: skip
-    for name in names:
+    for name in ("time_scale", *TUNABLE):
         if getattr(args, name) <= 0:
             raise SystemExit(f"specgate sim: --{name.replace('_', '-')} must be positive")
-    params = dataclasses.replace(
-        DEFAULTS,
-        num_speculative_tokens=args.num_speculative_tokens,
-        max_num_seqs=args.max_num_seqs,
-        output_tokens=args.output_tokens,
-        draft_quality=args.draft_quality,
-    )
+    params = dataclasses.replace(DEFAULT_PARAMS, **{name: getattr(args, name) for name in TUNABLE})
     app, _ = create_sim_app(
         args.kind, args.model, params=params, time_scale=args.time_scale, seed=args.seed
     )

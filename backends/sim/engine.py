@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from backends.serving import Delta, GenerationRequest, VllmMetrics
 from backends.serving.generation import estimate_tokens
-from backends.sim.model import Kind, SimParams, acceptance, domain_classifier, step_seconds
+from backends.sim.model import DEFAULT_PARAMS, Kind, SimParams, acceptance, domain_classifier, step_seconds
 
 WORDS = {
     "code": ("def", " value", "(", "x", "):", "\n   ", " return", " x", " +", " 1", "\n"),
@@ -53,7 +53,7 @@ class SimEngine:
         self,
         kind: Kind,
         metrics: VllmMetrics,
-        params: SimParams = SimParams(),
+        params: SimParams = DEFAULT_PARAMS,
         *,
         time_scale: float = 1.0,
         seed: int | None = None,

@@ -23,20 +23,28 @@ Performance by up to 2.8x", 2024).
 Constants (an 8B-parameter Llama-3-class target in bf16 on one A100-80GB,
 EAGLE-style one-layer draft head, 3 speculative tokens):
 
-| constant | value | where it comes from |
-|---|---|---|
-| `weights_read_s` | 10 ms | 16 GB of weights / 2.0 TB/s HBM = 8 ms, plus 2 ms of scheduling, sampling and launch overhead per step |
-| `kv_read_per_seq_s` | 0.05 ms | GQA KV cache of 128 KiB per token x ~800 tokens of context / 2.0 TB/s |
-| `compute_per_token_s` | 0.25 ms | 2 x 8e9 FLOPs per token / (312 TFLOPS bf16 x ~20% utilisation, typical of decode-time GEMMs) |
-| `draft_step_s` | 0.8 ms | draft head: one decoder layer + the 128k-vocabulary LM head, ~1.5 GB read per draft step |
-| `draft_per_seq_s` | 0.022 ms | ~0.7e9 parameters x 2 FLOPs per drafted token at the same utilisation |
-| `num_speculative_tokens` | 3 | vLLM's usual `num_speculative_tokens` for EAGLE |
-| `base_acceptance` | code 0.88, math 0.84, chat 0.78 | assumed per-token acceptance of an EAGLE-3-class draft at temperature 0 (a 3-token chain then averages 2.9-3.3 tokens per step); order from Spec-Bench (code and math above chat) |
-| `temperature_slope` | 0.18 per unit | Leviathan et al. 2023, Table 3: alpha 0.75 -> 0.62 (EnDe) and 0.65 -> 0.53 (CNNDM) from T=0 to T=1, i.e. x0.82 |
-| `max_num_seqs` | 256 | vLLM's default cap on sequences per batch; the rest wait |
-| `output_tokens` | 256 | natural answer length when `max_tokens` allows it |
-| `default_temperature` | 1.0 | vLLM's default when a request omits `temperature` |
-| `draft_quality` | 1.0 | multiplies every acceptance; below 1 models a weaker draft (a what-if knob, not a measurement) |
+- `weights_read_s` = 10 ms: 16 GB of weights / 2.0 TB/s HBM = 8 ms, plus 2 ms
+  of scheduling, sampling and launch overhead per step.
+- `kv_read_per_seq_s` = 0.05 ms: GQA KV cache of 128 KiB per token x ~800
+  tokens of context / 2.0 TB/s.
+- `compute_per_token_s` = 0.25 ms: 2 x 8e9 FLOPs per token / (312 TFLOPS bf16
+  x ~20% utilisation, typical of decode-time GEMMs).
+- `draft_step_s` = 0.8 ms: draft head: one decoder layer + the 128k-vocabulary
+  LM head, ~1.5 GB read per draft step.
+- `draft_per_seq_s` = 0.022 ms: ~0.7e9 parameters x 2 FLOPs per drafted token
+  at the same utilisation.
+- `num_speculative_tokens` = 3: vLLM's usual `num_speculative_tokens` for EAGLE.
+- `base_acceptance` = code 0.88, math 0.84, chat 0.78: assumed per-token
+  acceptance of an EAGLE-3-class draft at temperature 0 (a 3-token chain then
+  averages 2.9-3.3 tokens per step); order from Spec-Bench (code and math above
+  chat).
+- `temperature_slope` = 0.18 per unit: Leviathan et al. 2023, Table 3: alpha
+  0.75 -> 0.62 (EnDe) and 0.65 -> 0.53 (CNNDM) from T=0 to T=1, i.e. x0.82.
+- `max_num_seqs` = 256: vLLM's default cap on sequences per batch; the rest wait.
+- `output_tokens` = 256: natural answer length when `max_tokens` allows it.
+- `default_temperature` = 1.0: vLLM's default when a request omits `temperature`.
+- `draft_quality` = 1.0: multiplies every acceptance; below 1 models a weaker
+  draft (a what-if knob, not a measurement).
 
 With these numbers the model gives 1.4-2.5x speedups at batch 1 (chat at
 temperature 2 up to code at temperature 0) and 0.55-0.97x at batch 256
@@ -94,7 +102,10 @@ class SimParams:
     draft_quality: float = 1.0
 
 
-def acceptance(domain: str, temperature: float, params: SimParams = SimParams()) -> float:
+DEFAULT_PARAMS = SimParams()
+
+
+def acceptance(domain: str, temperature: float, params: SimParams = DEFAULT_PARAMS) -> float:
     """Per-token draft acceptance `a` for a domain and temperature (clipped to [0, 2])."""
     base = params.base_acceptance.get(domain, params.base_acceptance["chat"])
     t = min(max(temperature, 0.0), 2.0)
@@ -117,7 +128,7 @@ def expected_acceptance_rate(a: float, num_speculative_tokens: int) -> float:
 
 
 def step_seconds(
-    kind: Kind, batch_size: int, prefill_tokens: int = 0, params: SimParams = SimParams()
+    kind: Kind, batch_size: int, prefill_tokens: int = 0, params: SimParams = DEFAULT_PARAMS
 ) -> float:
     """Wall time of one engine step over `batch_size` decoding sequences,
     plus the prompts of newly admitted requests (compute-bound prefill)."""
@@ -131,7 +142,7 @@ def step_seconds(
     return seconds + verify + (draft if batch_size else 0.0)
 
 
-def speedup(a: float, batch_size: int, params: SimParams = SimParams()) -> float:
+def speedup(a: float, batch_size: int, params: SimParams = DEFAULT_PARAMS) -> float:
     """Decoding speed of speculative over standard at a batch size:
     tokens per step over step time, relative."""
     g = params.num_speculative_tokens

@@ -7,14 +7,14 @@ from starlette.applications import Starlette
 
 from backends.serving import VllmMetrics, create_openai_app
 from backends.sim.engine import SimEngine
-from backends.sim.model import Kind, SimParams
+from backends.sim.model import DEFAULT_PARAMS, Kind, SimParams
 
 
 def create_sim_app(
     kind: Kind,
     model: str,
     *,
-    params: SimParams = SimParams(),
+    params: SimParams = DEFAULT_PARAMS,
     time_scale: float = 1.0,
     seed: int | None = None,
     max_model_len: int = 8192,
