@@ -7,6 +7,8 @@ nodes ``>= num_nodes[b]`` are padding, node i's KV entry sits at slot
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from backends.kernels.probs import to_fixed_point
@@ -61,34 +63,39 @@ def _children(layout_lists: tuple[list, list], node: int) -> list[int]:
     return out
 
 
-def _new_result(batch: int, n: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return (
-        torch.full((batch, n), -1, dtype=torch.long, device=device),
-        torch.zeros(batch, dtype=torch.long, device=device),
-        torch.zeros(batch, dtype=torch.long, device=device),
-    )
+def _rows(batch: int, n: int, device, row: Callable[[int], tuple[list[int], int]]) -> VerifyResult:
+    """Gather each row's accepted path (root first) and bonus token, as `row(b)` gives them."""
+    accepted = torch.full((batch, n), -1, dtype=torch.long, device=device)
+    accept_len = torch.zeros(batch, dtype=torch.long, device=device)
+    bonus = torch.zeros(batch, dtype=torch.long, device=device)
+    for b in range(batch):
+        path, bonus[b] = row(b)
+        accepted[b, : len(path)] = torch.tensor(path)
+        accept_len[b] = len(path) - 1
+    return VerifyResult(accepted_nodes=accepted, accept_len=accept_len, bonus_token=bonus)
+
+
+def _links(layout: TreeLayout, b: int) -> tuple[list, list]:
+    return layout.first_child[b].tolist(), layout.next_sibling[b].tolist()
 
 
 def verify_greedy_reference(
     draft_tokens: torch.Tensor, target_argmax: torch.Tensor, layout: TreeLayout, num_nodes: torch.Tensor
 ) -> VerifyResult:
     """Follow, level by level, the first child whose token is the target's argmax."""
-    batch, n = draft_tokens.shape
-    accepted, accept_len, bonus = _new_result(batch, n, draft_tokens.device)
-    for b in range(batch):
-        links = (layout.first_child[b].tolist(), layout.next_sibling[b].tolist())
+
+    def row(b: int) -> tuple[list[int], int]:
+        links = _links(layout, b)
         tokens, argmax = draft_tokens[b].tolist(), target_argmax[b].tolist()
         path = [0]
         while True:
             want = argmax[path[-1]]
             match = [c for c in _children(links, path[-1]) if tokens[c] == want]
             if not match:
-                break
+                return path, argmax[path[-1]]
             path.append(match[0])
-        accepted[b, : len(path)] = torch.tensor(path)
-        accept_len[b] = len(path) - 1
-        bonus[b] = argmax[path[-1]]
-    return VerifyResult(accepted_nodes=accepted, accept_len=accept_len, bonus_token=bonus)
+
+    return _rows(*draft_tokens.shape, draft_tokens.device, row)
 
 
 def sample_from_units(units: torch.Tensor, total: int, coin: float) -> int:
@@ -113,10 +120,9 @@ def verify_sampling_reference(
     removed from ``p``. With no child accepted, the bonus token is drawn from
     ``p`` by inverse CDF with ``bonus_uniforms``.
     """
-    batch, n = draft_tokens.shape
-    accepted, accept_len, bonus = _new_result(batch, n, draft_tokens.device)
-    for b in range(batch):
-        links = (layout.first_child[b].tolist(), layout.next_sibling[b].tolist())
+
+    def row(b: int) -> tuple[list[int], int]:
+        links = _links(layout, b)
         tokens, coins = draft_tokens[b].tolist(), uniforms[b].tolist()
         path = [0]
         while True:
@@ -131,12 +137,10 @@ def verify_sampling_reference(
                 units[tokens[child]] = 0
                 total -= mass
             if chosen is None:
-                break
+                return path, sample_from_units(units, total, float(bonus_uniforms[b]))
             path.append(chosen)
-        accepted[b, : len(path)] = torch.tensor(path)
-        accept_len[b] = len(path) - 1
-        bonus[b] = sample_from_units(units, total, float(bonus_uniforms[b]))
-    return VerifyResult(accepted_nodes=accepted, accept_len=accept_len, bonus_token=bonus)
+
+    return _rows(*draft_tokens.shape, draft_tokens.device, row)
 
 
 def compact_kv_reference(
