@@ -151,7 +151,8 @@ def main() -> None:
     print("\n| prompt type | chain speed-up | tree speed-up |\n|---|---|---|")
     for kind in dict.fromkeys(kind for kind, _ in PROMPTS.values()):
         plain = seconds_by_type[kind, "plain"]
-        print(f"| {kind} | {plain / seconds_by_type[kind, 'chain']:.2f}x | {plain / seconds_by_type[kind, 'tree']:.2f}x |")
+        chain, tree = plain / seconds_by_type[kind, "chain"], plain / seconds_by_type[kind, "tree"]
+        print(f"| {kind} | {chain:.2f}x | {tree:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import statistics
 import time
+from functools import partial
 
 from prometheus_client import CollectorRegistry
 
@@ -72,7 +73,7 @@ def main() -> None:
     for seqs in (int(v) for v in args.max_num_seqs.split(",")):
         config = NgramConfig()
         metrics = VllmMetrics(CollectorRegistry(), "smollm2", num_speculative_tokens=config.max_depth)
-        generator = EngineGenerator(loaded.model, loaded.tokenizer, metrics, lambda: NgramDrafter(config),
+        generator = EngineGenerator(loaded.model, loaded.tokenizer, metrics, partial(NgramDrafter, config),
                                     max_num_seqs=seqs)
         short, longs = asyncio.run(one_round(generator, args.long))
         long_done = statistics.mean(t.done - t.sent for t in longs)

@@ -51,7 +51,7 @@ class Handler(asyncio.Protocol):
         self.buffer = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream protocol is handed a Transport
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data

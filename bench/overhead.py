@@ -92,8 +92,8 @@ def bench_policy(upstream: int) -> str:
 
 
 def run_wrk(url: str, concurrency: int, duration: float, script: Path) -> dict:
-    out = subprocess.run(["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(duration))}s", "--latency", "-s", str(script),
-                          url], capture_output=True, text=True, check=True).stdout
+    argv = ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(duration))}s", "--latency", "-s", str(script), url]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     latency = {p: _ms(v, u) for p, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)}
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -188,7 +188,7 @@ def main() -> None:
             wait_port(port)
         for mode in args.modes.split(","):
             for concurrency in [int(c) for c in args.concurrency.split(",")]:
-                for target, port in targets.items():  # warm up connections and code paths
+                for port in targets.values():  # warm up connections and code paths
                     url = f"http://127.0.0.1:{port}/v1/chat/completions"
                     measure(mode, url, concurrency, 1.0, script)
                 for round_no in range(args.rounds):

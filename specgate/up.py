@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -262,11 +263,13 @@ def gateway_service(policy: Path, port: int, logs: Path, python: str = sys.execu
 
 def banner(port: int) -> str:
     base = f"http://127.0.0.1:{port}/v1"
+    haiku = {"role": "user", "content": "Write a haiku"}
+    body = json.dumps({"model": SERVED_MODEL, "messages": [haiku], "max_tokens": 128, "temperature": 0})
     return f"""
 specgate is up: {base}
 
   curl {base}/chat/completions -H 'content-type: application/json' \\
-    -d '{{"model": "{SERVED_MODEL}", "messages": [{{"role": "user", "content": "Write a haiku"}}], "max_tokens": 128, "temperature": 0}}' -i
+    -d '{body}' -i
 
   from openai import OpenAI
   client = OpenAI(base_url="{base}", api_key="unused")

@@ -70,7 +70,8 @@ class ModelDrafter:
             for node, node_logits in frontier:
                 logprobs = torch.log_softmax(node_logits, dim=-1)
                 top = torch.topk(logprobs, self.draft.top_k)
-                candidates += [(scores[node] + float(lp), node, int(tok)) for lp, tok in zip(top.values, top.indices)]
+                top_k = zip(top.values, top.indices, strict=True)
+                candidates += [(scores[node] + float(lp), node, int(tok)) for lp, tok in top_k]
             candidates.sort(key=lambda c: -c[0])
             level = []
             for score, parent, token in candidates[: min(self.draft.top_k, room)]:
@@ -92,14 +93,15 @@ class ModelDrafter:
             positions = torch.tensor([prefix + depth] * len(level))
             level_logits = run_model(model, self.cache, [tree.tokens[n] for n in level], positions, visible)
             slots += [start + row for row in range(len(level))]
-            frontier = list(zip(level, level_logits))
+            frontier = list(zip(level, level_logits, strict=True))
         crop(self.cache, prefix)
         return tree
 
     def _sync(self, committed: list[int]) -> None:
         """Make the cache hold exactly `committed` (keep the common prefix, extend the rest)."""
         common = 0
-        for old, new in zip(self.cached, committed):
+        # the two may differ in length: the common prefix ends with the shorter
+        for old, new in zip(self.cached, committed, strict=False):
             if old != new:
                 break
             common += 1

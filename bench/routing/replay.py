@@ -33,13 +33,14 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from specgate.ops.measure import Sample, percentile, timed_request  # noqa: E402
-from specgate.ops.prompts import Prompt, prompt_from, user  # noqa: E402
+from specgate.ops.measure import Sample, percentile, timed_request  # noqa: E402 - importable once the root is on sys.path
+from specgate.ops.prompts import Prompt, prompt_from, user  # noqa: E402 - importable once the root is on sys.path
 
 TEXTS = {
     "chat": ["Tell me about the history of tea.", "How do I plan a week of healthy meals?"],
     "code": ["Write a Python function that merges two sorted lists.\n```python\ndef merge(a, b):\n```",
-             "Refactor this loop into a list comprehension:\n```python\nout = []\nfor x in xs:\n    out.append(x * 2)\n```"],
+             "Refactor this loop into a list comprehension:\n"
+             "```python\nout = []\nfor x in xs:\n    out.append(x * 2)\n```"],
     "math": ["Solve 12 * 7 = ? and explain.", "Prove that the sum of two even numbers is even."],
 }
 
@@ -76,7 +77,9 @@ def read_trace(path: Path) -> list[tuple[float, Prompt, bool]]:
     return [(row["at"], prompt_from(row), row["stream"]) for row in rows]
 
 
-async def replay(url: str, trace: list[tuple[float, Prompt, bool]], model: str, name: str) -> tuple[list[Sample], float]:
+async def replay(
+    url: str, trace: list[tuple[float, Prompt, bool]], model: str, name: str
+) -> tuple[list[Sample], float]:
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=1000), trust_env=False) as client:
         started = time.perf_counter()
 

@@ -38,8 +38,8 @@ def run(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 1
     # uvicorn types the drain as int but waits with asyncio: a float is kept exact (int() made 0.8 s none)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
-                access_log=False, timeout_graceful_shutdown=settings.drain_timeout_s,  # type: ignore[arg-type]
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+                timeout_graceful_shutdown=settings.drain_timeout_s,  # type: ignore[arg-type]  # float: drained exactly
                 http=with_header_timeout(settings.header_timeout_s),
                 lifespan="on")
     return 0

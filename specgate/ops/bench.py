@@ -70,7 +70,8 @@ def plot(report: dict[str, Any], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     written = []
-    for key, label, file in (("tpot", "TPOT p50 (ms)", "tpot.png"), ("throughput", "output tokens/s", "throughput.png")):
+    charts = (("tpot", "TPOT p50 (ms)", "tpot.png"), ("throughput", "output tokens/s", "throughput.png"))
+    for key, label, file in charts:
         figure, axis = plt.subplots(figsize=(6, 4))
         for url in report["targets"]:
             rows = [r for r in report["results"] if r["target"] == url]

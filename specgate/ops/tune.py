@@ -151,8 +151,10 @@ def _ints(text: str) -> list[int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profile", default="speculative-ngram", help="speculative launch profile (default: %(default)s)")
-    parser.add_argument("--values", type=_ints, default=[2, 4, 6], help="num_speculative_tokens to try (default: 2,4,6)")
+    parser.add_argument("--profile", default="speculative-ngram",
+                        help="speculative launch profile (default: %(default)s)")
+    parser.add_argument("--values", type=_ints, default=[2, 4, 6],
+                        help="num_speculative_tokens to try (default: 2,4,6)")
     parser.add_argument("--lookup-max", type=_ints, default=[],
                         help="n-gram profiles: prompt_lookup_max values to try with each (default: the profile's)")
     parser.add_argument("--requests", type=int, default=8, help="requests per candidate and per server")
