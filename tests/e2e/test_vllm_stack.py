@@ -93,7 +93,8 @@ def test_greedy_stream_is_speculative_and_equals_the_standard_pool(stack):
     assert spec_text.strip()
     tokenizer = AutoTokenizer.from_pretrained(prepare())
     spec_ids, std_ids = tokenizer.encode(spec_text), tokenizer.encode(std_text)
-    same = next((i for i, (a, b) in enumerate(zip(spec_ids, std_ids)) if a != b), min(len(spec_ids), len(std_ids)))
+    shorter = min(len(spec_ids), len(std_ids))
+    same = next((i for i, (a, b) in enumerate(zip(spec_ids, std_ids, strict=False)) if a != b), shorter)
     print(f"greedy texts: {len(spec_ids)} and {len(std_ids)} tokens, identical for the first {same}; "
           f"whole texts equal: {spec_text == std_text}")
     assert same >= 32, f"speculative and standard greedy outputs diverge at token {same}"

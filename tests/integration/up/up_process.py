@@ -21,7 +21,7 @@ FAKE_BACKEND = "{python} -m tests.integration.up.backend --port {port} --kind {k
 def write_policy(path: Path, backend_ports: tuple[int, int]) -> Path:
     """The default policy, pointed at `backend_ports`."""
     policy = yaml.safe_load(default_policy_path().read_text())
-    for pool, port in zip(("speculative", "standard"), backend_ports):
+    for pool, port in zip(("speculative", "standard"), backend_ports, strict=True):
         policy["pools"][pool]["endpoints"] = [{"url": f"http://127.0.0.1:{port}"}]
     path.write_text(yaml.safe_dump(policy))
     return path

@@ -19,7 +19,7 @@ def test_packed_layers_match_nn_linear_for_any_number_of_rows():
         expected = [model(x) for x in inputs]
         assert pack_linear_layers(model) == 2
         assert all(isinstance(model[i], PackedLinear) for i in (0, 2))
-        for x, want in zip(inputs, expected):
+        for x, want in zip(inputs, expected, strict=True):
             got = model(x)
             assert got.shape == want.shape
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -105,6 +105,6 @@ def test_compact_kv_matches_reference():
     seq_lens = torch.tensor([0, 3, 9, 20])
     caches = [torch.randn(2, 4, 2, 40, 12) for _ in BACKENDS]  # [K/V, B, H, S, D]
     caches[1].copy_(caches[0])
-    for cache, backend in zip(caches, BACKENDS):
+    for cache, backend in zip(caches, BACKENDS, strict=True):
         compact_kv(cache, seq_lens, result.accepted_nodes, result.accept_len, backend=backend)
     assert torch.equal(caches[0], caches[1])

@@ -65,7 +65,7 @@ def observed_joint(probs: torch.Tensor, seed: int) -> Counter:
     )
     counts = Counter()
     for path, length, bonus in zip(
-        result.accepted_nodes.tolist(), result.accept_len.tolist(), result.bonus_token.tolist()
+        result.accepted_nodes.tolist(), result.accept_len.tolist(), result.bonus_token.tolist(), strict=True
     ):
         produced = [TOKENS[node] for node in path[1 : length + 1]] + [bonus]
         counts[(produced[0], produced[1] if length >= 1 else None)] += 1

@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,7 @@ def test_bench_interleaves_targets_and_times_streams(tmp_path):
     assert rows[fast.url, 1]["tpot_s"]["p50"] < rows[slow.url, 1]["tpot_s"]["p50"]
     assert all(rows[key]["ttft_s"]["p50"] is not None for key in rows)
     # interleaved: the targets alternate batch by batch instead of running back to back
-    switches = sum(1 for a, b in zip(order, order[1:]) if a != b)
+    switches = sum(1 for a, b in pairwise(order) if a != b)
     assert switches >= 8
     pngs = plot(report, tmp_path)
     assert all(p.stat().st_size > 1000 for p in pngs)

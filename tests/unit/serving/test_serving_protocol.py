@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.serving.generation import GenerationRequest
+from backends.serving.generation import Endpoint, GenerationRequest
 from backends.serving.protocol import (
     ProtocolError,
     ResponseBuilder,
@@ -79,8 +79,8 @@ def test_ids_use_the_request_id_with_vllm_prefixes() -> None:
     assert ResponseBuilder("completions", "M", "abc").id == "cmpl-abc"
 
 
-def parse(endpoint: str, body: object) -> GenerationRequest:
-    return parse_request(endpoint, body, served_model="M", request_id="r1")  # type: ignore[arg-type]
+def parse(endpoint: Endpoint, body: object) -> GenerationRequest:
+    return parse_request(endpoint, body, served_model="M", request_id="r1")
 
 
 def test_parse_chat_request_fields() -> None:

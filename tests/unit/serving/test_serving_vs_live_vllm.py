@@ -21,7 +21,7 @@ LIVE = json.loads((Path(__file__).parent / "vllm_live_samples.json").read_text()
 CHAT = {"model": "M", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 TEXT = {"model": "M", "prompt": "hi", "max_tokens": 3}
 USAGE = {"stream": True, "stream_options": {"include_usage": True}}
-CONTINUOUS = {"stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # noqa: E501
+CONTINUOUS = {"stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
 
 class ThreeTokens:
