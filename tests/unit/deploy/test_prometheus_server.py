@@ -77,7 +77,7 @@ class MetricsServer:
 
     @property
     def address(self) -> str:
-        return "127.0.0.1:%d" % self.httpd.server_address[1]
+        return f"127.0.0.1:{self.httpd.server_address[1]}"
 
     def __enter__(self) -> MetricsServer:
         self.thread.start()
@@ -117,21 +117,23 @@ def prometheus(tmp_path_factory):
     port = free_port()
     for fake in fakes.values():
         fake.__enter__()
-    process = subprocess.Popen(
-        [binary, f"--config.file={tmp_path / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
+    # Prometheus logs to stderr: into a file, where it never fills a pipe nobody reads.
+    with open(tmp_path / "prometheus.log", "wb") as log:
+        process = subprocess.Popen(
+            [binary, f"--config.file={tmp_path / 'prometheus.yml'}",
+             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL, stderr=log)
         try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        for fake in fakes.values():
-            fake.__exit__()
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            for fake in fakes.values():
+                fake.__exit__()
 
 
 def query_until(base: str, promql: str, predicate) -> list[dict]:

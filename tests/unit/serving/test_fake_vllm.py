@@ -25,6 +25,12 @@ def client(fake: FakeVllm) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{fake.url}/v1", api_key="unused", max_retries=0)
 
 
+@pytest.fixture
+def api(fake: FakeVllm) -> Iterator[openai.OpenAI]:
+    with client(fake) as opened:
+        yield opened
+
+
 def metric_lines(url: str) -> list[str]:
     return [line for line in httpx.get(f"{url}/metrics").text.splitlines() if line.startswith("vllm:")]
 
@@ -33,18 +39,18 @@ def events(raw: str) -> list[str]:
     return [event for event in raw.split("\n\n") if event]
 
 
-def test_scripted_answers_through_the_openai_client(fake: FakeVllm) -> None:
+def test_scripted_answers_through_the_openai_client(fake: FakeVllm, api: openai.OpenAI) -> None:
     fake.script(text="one two three four", chunks=4)
-    reply = client(fake).chat.completions.create(**CHAT)
+    reply = api.chat.completions.create(**CHAT)
     assert reply.choices[0].message.content == "one two three four"
     assert reply.usage.completion_tokens == 4 and reply.model == "fake-model"
 
-    stream = client(fake).chat.completions.create(**CHAT, stream=True, max_tokens=2)
+    stream = api.chat.completions.create(**CHAT, stream=True, max_tokens=2)
     deltas = [c.choices[0] for c in stream]
     assert [d.delta.content for d in deltas] == ["", "one ", "two "]
     assert deltas[-1].finish_reason == "length"
 
-    text = client(fake).completions.create(model="fake-model", prompt="p")
+    text = api.completions.create(model="fake-model", prompt="p")
     assert text.choices[0].text == "one two three four"
 
 
@@ -85,16 +91,19 @@ def test_disconnect_is_observed(fake: FakeVllm, stream: bool) -> None:
         assert disconnect.request_id == "gone-1"
 
 
-@pytest.mark.parametrize(("status", "err_type"), [(500, "InternalServerError"), (429, "TooManyRequestsError"), (503, "ServiceUnavailableError")])  # noqa: E501
-def test_fail_next_answers_vllm_error_bodies(fake: FakeVllm, status: int, err_type: str) -> None:
+@pytest.mark.parametrize(
+    ("status", "err_type"),
+    [(500, "InternalServerError"), (429, "TooManyRequestsError"), (503, "ServiceUnavailableError")],
+)
+def test_fail_next_answers_vllm_error_bodies(fake: FakeVllm, api: openai.OpenAI, status: int, err_type: str) -> None:
     fake.fail_next(2, status=status, message="overloaded")
     for _ in range(2):
         with pytest.raises(openai.APIStatusError) as caught:
-            client(fake).chat.completions.create(**CHAT)
+            api.chat.completions.create(**CHAT)
         assert caught.value.status_code == status
         error = caught.value.response.json()["error"]
         assert error == {"message": "overloaded", "type": err_type, "param": None, "code": status}
-    assert client(fake).chat.completions.create(**CHAT).choices[0].message.content
+    assert api.chat.completions.create(**CHAT).choices[0].message.content
     assert httpx.get(f"{fake.url}/metrics").status_code == 200  # faults spare /metrics
 
 
@@ -163,7 +172,7 @@ def test_metric_controls_use_vllm_names(fake: FakeVllm) -> None:
         f"vllm:spec_decode_num_drafts_total{labels} 10.0",
         f"vllm:spec_decode_num_draft_tokens_total{labels} 30.0",
         f"vllm:spec_decode_num_accepted_tokens_total{labels} 12.0",
-        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="fake-model",position="2"} 2.0',  # noqa: E501
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="fake-model",position="2"} 2.0',
         f"vllm:num_requests_running{labels} 8.0",
         f"vllm:num_requests_waiting{labels} 2.0",
     ):
@@ -175,7 +184,8 @@ def test_metric_controls_use_vllm_names(fake: FakeVllm) -> None:
 def test_traffic_moves_spec_counters_when_acceptance_is_set() -> None:
     with FakeVllm(kind="speculative", spec_acceptance=2 / 3) as fake:
         fake.script(chunks=5)
-        client(fake).chat.completions.create(**CHAT)
+        with client(fake) as api:
+            api.chat.completions.create(**CHAT)
         lines = metric_lines(fake.url)
     assert 'vllm:spec_decode_num_drafts_total{engine="0",model_name="fake-model"} 5.0' in lines
     assert 'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="fake-model"} 10.0' in lines
