@@ -9,8 +9,9 @@ import pytest
 
 from gateway.decide.features import extract_features
 from gateway.decide.routing import decide
-from gateway.decide.traffic import ClassLatency, TokenMeter, temperature_bucket, traffic_class
+from gateway.decide.traffic import ClassLatency, temperature_bucket, traffic_class
 from gateway.flags import Mode
+from gateway.upstream.meter import TokenMeter
 from tests.unit.guard.conftest import FakeClock, signals
 
 CLASSES = {"enabled": True, "min_samples": 3, "slower_pct": 10}
