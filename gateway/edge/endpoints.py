@@ -23,7 +23,7 @@ from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, PayloadT
 from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
-from gateway.upstream.exchange import Exchange, Outgoing, Recorder
+from gateway.upstream.exchange import Exchange, Outgoing, Recorder, usage_hidden
 from gateway.upstream.proxy import Forwarder, request_headers
 from gateway.upstream.relay import Relay, RelayTimeouts
 from gateway.upstream.runtime import Runtime
@@ -94,10 +94,11 @@ class ProxyEndpoints:
         check_limits(body, Limits(n=self.settings.max_n, max_tokens=self._max_tokens(decision.pool)))
         chain, degraded = self._chain(decision.pool, grant)
         outgoing = Outgoing("POST", path, raw, self._forwarded(request), body=body, stream=features.stream,
-                            drop_client_key=self.keys.enabled)
+                            drop_client_key=self.keys.enabled,
+                            hide_usage=usage_hidden(body, features.stream, features.n))
         return self._relay(Exchange(chain, outgoing, request.state.request_id, decision.rule, started,
                                     self.forwarder, self.recorder, degraded=degraded,
-                                    traffic=self._traffic_class(features)))
+                                    traffic=self._traffic_class(features), measured=True, load=features.load))
 
     async def passthrough(self, request: Request) -> ASGIApp:
         """Any other /v1/* path goes to the policy's default pool as it is."""
@@ -166,11 +167,9 @@ class ProxyEndpoints:
                                                        self.settings.write_timeout_s))
 
     def _traffic_class(self, features: Features) -> str | None:
-        """The class a streamed answer's token timing is kept under; None when
-        not measured (no stream, or a domain the policy does not define)."""
+        """The class the answer's measurement is kept under; None for a domain
+        the policy does not define."""
         spec = self.runtime.policy.spec
-        if self.class_latency is None or not features.stream or not spec.guard.classes.enabled:
-            return None
         if features.domain != spec.default_domain and features.domain not in spec.domains:
             return None  # an x-specgate-domain header value: unbounded, not kept
         return traffic_class(features.domain, features.temperature)
