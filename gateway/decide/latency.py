@@ -23,9 +23,9 @@ buckets holding at least that much weight compare with it (interpolated between
 the one below and the one above), the bucket's own mean when no other has data,
 or the prior itself while the pair has none. An empty bucket is its anchor; a
 stale one (its weight forgotten) slides toward what its neighbours see now and
-stops lending its old level to them. The fitted table is
-then made non-decreasing in load (weighted pool-adjacent-violators): a pool is
-not faster under more load. Fitting is O(buckets) (~30 us for a pair) and
+stops lending its old level to them. The fitted table is then made
+non-decreasing in load (weighted pool-adjacent-violators): a pool is not
+faster under more load. Fitting is O(buckets) (~45 us for a pair) and
 happens on the first prediction after an observation, at most once per
 `refit_s` of a pair's data (a burst shares one refit; 0.1 s is nothing against
 a 10 s half-life); `observe` is O(1) and a prediction is a table lookup.
