@@ -231,7 +231,7 @@ class Exchange:
         """What the answer tells of `pool`; None when it was not measured."""
         load = self.load.get(pool.name, 0)
         if self.meter is not None and self.meter.events:
-            usage = None if self.tap is None else self.tap.tokens
+            usage = None if self.tap is None else self.tap.tokens()
             tokens = self.meter.tokens() if usage is None else usage  # a pool that sent no usage: its events
             return Measurement.of_stream(pool.name, self.traffic, load, self.meter, self.started, tokens)
         if self.body_tokens is None:

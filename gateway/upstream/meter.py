@@ -88,24 +88,31 @@ class UsageTap:
     """Reads the output token count off whole SSE events as the relay passes
     them on. `hidden`: the gateway asked for the usage chunk, so the client
     must not see it: the usage-only chunk is dropped, `"usage":null` marks
-    are cut, and the `system_fingerprint` vLLM moves from a choice's last chunk
-    to the usage chunk goes back. For that, the events from the last chunk on
-    wait for the usage chunk (sent right after it) or for the end of the
-    stream; every other event passes at once and untouched. One choice only
-    (n=1): the gateway does not ask for usage otherwise."""
+    are cut (looked for only when the first events had one), and the
+    `system_fingerprint` vLLM moves from a choice's last chunk to the usage
+    chunk goes back. For that, the events from the last chunk on wait for the
+    usage chunk (sent right after it) or for the end of the stream; every
+    other event passes at once and untouched. One choice only (n=1): the
+    gateway does not ask for usage otherwise. Per run of events: one search
+    when hidden, none when not (the usage the client asked for is read once,
+    from the last runs, at the end)."""
 
     def __init__(self, hidden: bool) -> None:
         self.hidden = hidden
-        self.tokens: int | None = None
         self.held = b""
+        self.marks: bool | None = None  # whether the pool marks chunks "usage":null
+        self._tokens: int | None = None
+        self._before = self._last = b""  # the last two runs of events, when the client asked for usage
 
     def feed(self, events: bytes) -> bytes:
         """What goes to the client for `events`, a run of whole events."""
         if not self.hidden:
-            if b'"completion_tokens"' in events:
-                self.tokens = completion_tokens(events)
+            if events:
+                self._before, self._last = self._last, events
             return events
-        if USAGE_NULL in events:
+        if self.marks is None:
+            self.marks = USAGE_NULL in events
+        if self.marks:
             events = events.replace(USAGE_NULL, b"")
         if self.held:
             out, self.held = b"", self.held + events
@@ -122,6 +129,13 @@ class UsageTap:
         held, self.held = self.held, b""
         return held
 
+    def tokens(self) -> int | None:
+        """The usage chunk's output token count, or None when none went by."""
+        if self.hidden:
+            return self._tokens
+        found = completion_tokens(self._last)
+        return completion_tokens(self._before) if found is None else found
+
     def _release(self) -> bytes:
         held = self.held
         usage = held.find(USAGE_ONLY)
@@ -131,7 +145,7 @@ class UsageTap:
         end = EVENT_END.search(held, usage)
         stop = len(held) if end is None else end.end()
         chunk, last, rest = held[start:stop], held[:start], held[stop:]
-        self.tokens = completion_tokens(chunk)
+        self._tokens = completion_tokens(chunk)
         fingerprint = FINGERPRINT.search(chunk)
         if fingerprint is not None and last and b'"system_fingerprint"' not in last:
             close = last.rfind(b"}")
