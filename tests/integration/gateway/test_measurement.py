@@ -112,3 +112,14 @@ def test_per_class_timing_is_fed_the_per_token_time(start_gateway, spec_fake, st
                                                    max_tokens=64, temperature=0.3, stream=True))
     measurement = found.get()  # the per-class sink comes first: it has its sample by now
     assert gateway.app.state.proxy.class_latency.samples("chat/low", "speculative", 60) == [measurement.tpot_s]
+
+
+def test_a_stream_cut_before_the_usage_chunk_still_gives_the_client_its_last_chunk(gateway, spec_fake):
+    """The last choice chunk waits for the usage chunk; when the pool breaks in
+    between, it goes out before the error event."""
+    spec_fake.cut_stream(after_events=1 + CHUNKS)  # the role chunk and every choice chunk, then the connection drops
+    with client(gateway.base_url) as openai_client, openai_client.chat.completions.with_streaming_response.create(
+            model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=64, stream=True) as response:
+        events = b"".join(response.iter_bytes()).split(b"\n\n")
+    assert b'"finish_reason":"stop"' in events[CHUNKS] and b'"error"' in events[CHUNKS + 1]
+    assert events[CHUNKS + 2:] == [b""], "nothing after the error event"
