@@ -1,7 +1,8 @@
 """One request's exchange with the upstreams, from the first lease to the log line.
 
 The edge builds an `Exchange` from plain data (the chain to try, the request
-to send, its id, rule, arrival time and traffic class); the relay calls
+to send, its id, rule, arrival time, traffic class and the pools' load when
+it was routed); the relay calls
 `open()`, relays the answer, and calls `finish(outcome)` once. The exchange
 owns the request's `Claim` (its lease and response), measures a generation's
 answer in output tokens (a `Measurement`), and reports everything through a
