@@ -1,5 +1,6 @@
 # `make run`  - the embedded default: bundled backends + gateway on this machine.
-# `make test` - every test suite (unit, integration, e2e on real vLLM, soak).
+# `make test` - lint, types and import contracts, then every test suite (unit,
+#               integration, e2e on real vLLM, soak).
 # Both create .venv and install what they need on first use.
 
 VENV   ?= .venv
@@ -15,7 +16,7 @@ SYSTEM_TOOLS := prometheus:prometheus promtool:prometheus docker-compose:docker-
 run: $(STAMP)
 	$(VENV)/bin/specgate up
 
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # Lint (ruff), types (mypy, strict on the gateway) and the import contracts
