@@ -71,6 +71,15 @@ class HealthSpec(Strict):
     max_backoff_s: float = Field(default=60.0, gt=0)
 
 
+class QueueSpec(Strict):
+    """Requests that wait for a slot while every pool of their chain is at its
+    in-flight limit. Unset: 4 x the pool's in-flight limit (at least 256)
+    waiters, each for at most first_byte_s or 30 s, whichever is smaller;
+    max_waiting: 0 answers 503 at once, as before queueing existed."""
+    max_waiting: int | None = Field(default=None, ge=0)
+    max_wait_s: float | None = Field(default=None, gt=0)
+
+
 class PoolSpec(Strict):
     kind: Literal["speculative", "standard"]
     endpoints: list[EndpointSpec] = Field(min_length=1)
@@ -84,6 +93,7 @@ class PoolSpec(Strict):
     connections: ConnectionsSpec = ConnectionsSpec()
     retry: RetrySpec = RetrySpec()
     health: HealthSpec = HealthSpec()
+    queue: QueueSpec = QueueSpec()
 
     @field_validator("api_key")
     @classmethod
