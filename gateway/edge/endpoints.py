@@ -11,12 +11,14 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+import structlog
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
 from gateway.decide.features import Features, Limits, check_limits, parse_json_body
-from gateway.decide.routing import Overrides, Routed, route
+from gateway.decide.latency import LatencyModel
+from gateway.decide.routing import Decision, Overrides, Routed, route
 from gateway.decide.traffic import ClassLatency, traffic_class
 from gateway.edge.auth import ClientKeys, Grant
 from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, PayloadTooLarge, RequestTimeout
@@ -61,9 +63,13 @@ async def read_body(request: Request, limit: int, timeout_s: float | None = None
 class ProxyEndpoints:
     def __init__(self, settings: Settings, runtime: Runtime, flags: FlagStore,
                  metrics: GatewayMetrics, keys: ClientKeys | None = None,
-                 rng: random.Random | None = None, class_latency: ClassLatency | None = None) -> None:
+                 rng: random.Random | None = None, class_latency: ClassLatency | None = None,
+                 latency: LatencyModel | None = None) -> None:
         self.settings = settings
         self.class_latency = class_latency
+        self.latency = latency  # read by `route: fastest`; None: its priors
+        self.preferred: dict[tuple[str, str], str] = {}  # (rule, class) -> the pool best by the mean
+        self.log = structlog.get_logger("specgate.routing")
         self.keys = keys or ClientKeys({})
         self.runtime = runtime
         self.flags = flags
@@ -76,7 +82,7 @@ class ProxyEndpoints:
         """The decision for a parsed body, without sending anything anywhere."""
         policy = self.runtime.policy
         return route(body, endpoint, policy, self.runtime.load(), self.flags.snapshot(),
-                     Overrides.from_headers(headers, policy), self.rng.random())
+                     Overrides.from_headers(headers, policy), self.rng.random(), self.latency, self.rng)
 
     async def chat(self, request: Request) -> ASGIApp:
         return await self._generate(request, "chat", "/v1/chat/completions")
@@ -92,7 +98,10 @@ class ProxyEndpoints:
         routed = self.route(body, endpoint, request.headers)
         decision, features = routed.decision, routed.features
         check_limits(body, Limits(n=self.settings.max_n, max_tokens=self._max_tokens(decision.pool)))
-        chain, degraded = self._chain(decision.pool, grant)
+        self._count(decision)
+        # No await from the decision to the lease (Relay -> Exchange.open -> Claim.take): the next
+        # request's decision reads this one in the pool's in-flight count, so a burst does not herd.
+        chain, degraded = self._chain(decision.pool, grant, decision.chain)
         outgoing = Outgoing("POST", path, raw, self._forwarded(request), body=body, stream=features.stream,
                             drop_client_key=self.keys.enabled,
                             hide_usage=usage_hidden(body, features.stream, features.n))
@@ -129,11 +138,26 @@ class ProxyEndpoints:
             return None
         return self.keys.authenticate(request.headers.get("authorization"), request.headers.get("x-api-key"))
 
-    def _chain(self, name: str, grant: Grant | None = None) -> tuple[list[Upstream], bool]:
-        """`name` and its fallback chain, in the order they are tried. A key limited
-        to some pools only ever reaches those. Degraded (each pool's least-bad
-        endpoint will do) when no pool of the chain has an endpoint available."""
-        names: Sequence[str] = self.runtime.policy.fallback_chain(name)
+    def _count(self, decision: Decision) -> None:
+        """The decision's metrics, and a log line when a class's preferred pool changes."""
+        self.metrics.route_decisions.labels(decision.pool, decision.rule, str(decision.explored).lower()).inc()
+        found = decision.fastest
+        if found is None:
+            return
+        self.metrics.predicted_e2e.labels(found.pool).observe(found.chosen.predicted.e2e_s)
+        before = self.preferred.get((decision.rule, found.traffic))
+        if before != found.best:
+            self.preferred[(decision.rule, found.traffic)] = found.best
+            if before is not None:
+                self.log.info("preferred_pool_changed", rule=decision.rule, traffic_class=found.traffic,
+                              before=before, after=found.best,
+                              predicted_e2e={e.pool: round(e.predicted.e2e_s, 4) for e in found.estimates})
+
+    def _chain(self, name: str, grant: Grant | None = None, order: Sequence[str] = ()) -> tuple[list[Upstream], bool]:
+        """`order`, else `name` and its fallback chain: the pools in the order they are
+        tried. A key limited to some pools only ever reaches those. Degraded (each
+        pool's least-bad endpoint will do) when no pool of the chain has an endpoint available."""
+        names: Sequence[str] = order or self.runtime.policy.fallback_chain(name)
         if grant is not None:
             names = [n for n in names if grant.allows(n)] or [n for n in self.runtime.pools if grant.allows(n)]
             if not names:
