@@ -4,7 +4,9 @@ The server answers `/v1/chat/completions`, `/v1/completions`, `/v1/models`,
 `/health` and `/metrics` like vLLM. Its step times follow a model of an
 8B model on an A100 (docs/sim.md): a speculative pool is faster at low
 concurrency and slower at high concurrency, and its draft acceptance falls
-with temperature and varies by domain (code, math, chat).
+with temperature and varies by domain (code, math, chat). A dynamic pool
+speculates only while its batch is small, as engines that turn speculation
+off under load do.
 """
 
 from __future__ import annotations
@@ -22,16 +24,21 @@ TUNABLE: dict[str, tuple[type[int] | type[float], str]] = {
         float,
         "multiply every draft acceptance; e.g. 0.6 models a weak draft whose acceptance trips the guard",
     ),
+    "speculative_max_batch": (
+        int,
+        "--kind dynamic: draft while at most this many sequences decode, decode plainly above",
+    ),
 }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kind",
-        choices=("speculative", "standard"),
+        choices=("speculative", "standard", "dynamic"),
         required=True,
-        help="speculative decoding (EAGLE-style drafts, exports spec-decode counters) "
-        "or standard decoding (one token per step)",
+        help="speculative decoding (EAGLE-style drafts, exports spec-decode counters), "
+        "standard decoding (one token per step), or dynamic: speculative while the batch "
+        "is at most --speculative-max-batch sequences, standard above",
     )
     parser.add_argument("--port", type=int, required=True, help="port to listen on")
     parser.add_argument(

@@ -20,7 +20,7 @@ def create_sim_app(
     max_model_len: int = 8192,
 ) -> tuple[Starlette, SimEngine]:
     """An app that answers like a vLLM `kind` pool serving `model`, and its engine."""
-    speculative_tokens = params.num_speculative_tokens if kind == "speculative" else None
+    speculative_tokens = params.num_speculative_tokens if kind != "standard" else None
     metrics = VllmMetrics(CollectorRegistry(), model, num_speculative_tokens=speculative_tokens)
     engine = SimEngine(kind, metrics, params, time_scale=time_scale, seed=seed)
     app = create_openai_app(engine, metrics, model, max_model_len=max_model_len)
