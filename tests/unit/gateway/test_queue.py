@@ -10,11 +10,12 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.decide.policy import PoolSpec
+from gateway.decide.policy import PoolSpec, parse_policy
 from gateway.errors import AtCapacity, NoHealthyBackend
 from gateway.upstream.pools import Pool, queue_limits
 from gateway.upstream.proxy import Claim, Forwarder, Outbound
 from gateway.upstream.queue_metrics import QueueMetrics
+from gateway.upstream.runtime import Runtime
 from gateway.upstream.upstream import Upstream
 
 
@@ -213,3 +214,22 @@ def test_an_unhealthy_pool_fails_fast_and_never_queues():
 def test_queue_defaults_follow_the_pool(spec, expected):
     endpoints = [{"url": f"http://127.0.0.1:{9000 + i}"} for i in range(spec.pop("endpoints", 1))]
     assert queue_limits(PoolSpec(kind="standard", endpoints=endpoints, **spec)) == expected
+
+
+def test_the_load_routing_reads_counts_the_requests_waiting_for_a_pool():
+    runtime = Runtime(parse_policy("version: 1\npools:\n  a: {kind: standard, max_in_flight: 1, "
+                                   "endpoints: [{url: 'http://127.0.0.1:9000'}]}\nrules: [{name: all, route: a}]\n"))
+    pool = runtime.pools["a"]
+    w = Waiting(pool)
+
+    async def main() -> dict[str, int]:
+        holder = await w.request("holder")
+        tasks = await w.queue(pool, "w0", "w1")
+        load = dict(runtime.load())
+        await holder.give_back(True)
+        for task in tasks:
+            await (await task).give_back(True)
+        return load
+
+    assert asyncio.run(main()) == {"a": 3}
+    assert runtime.load() == {"a": 0}
