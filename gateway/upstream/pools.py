@@ -128,14 +128,10 @@ class Pool:
         """Lease an endpoint; `degraded` allows the least-bad one when none is
         available and none is merely full. `admitted`: the request may pass
         the pool's waiters (it holds a wake-up, or is retrying its own attempt)."""
-        if not admitted and self.queue.busy():
-            self.queue.wake()  # slots may have come back without a release (a back-off ended)
-            if self.free() <= self.queue.handed:
-                raise AtCapacity(f"pool '{self.name}' is at its in-flight limit and requests wait for it")
         skip = set(exclude)
         now = self.clock()
         candidates = [e for e in self.endpoints if e not in skip and e.available(now)]
-        if candidates:
+        if candidates and (admitted or not self._queued_ahead()):
             endpoint = self._two_choices(candidates)
         elif any(e.usable(now) for e in self.endpoints if e not in skip):
             raise AtCapacity(f"pool '{self.name}' is at its in-flight limit")
@@ -149,6 +145,20 @@ class Pool:
         endpoint.outstanding += 1
         self.in_flight += 1
         return Lease(self, endpoint, trial)
+
+    def _queued_ahead(self) -> bool:
+        """Whether waiters (or wake-ups on their way) have every free slot."""
+        if not self.queue.busy():
+            return False
+        self.queue.wake()  # slots may have come back without a release (a back-off ended)
+        return self.free() <= self.queue.handed
+
+    def _capacity_lost(self) -> None:
+        """No endpoint would take a request any more, however long one waits
+        for a slot: the waiters walk their chains again and fail fast."""
+        now = self.clock()
+        if self.queue.waiting and not any(e.usable(now) for e in self.endpoints):
+            self.queue.flush()
 
     def release(self, lease: Lease, ok: bool | None) -> None:
         endpoint = lease.endpoint
@@ -169,6 +179,8 @@ class Pool:
             self.on_health_change(endpoint)
             if healthy and self.queue.waiting:
                 self.queue.wake()
+            elif not healthy:
+                self._capacity_lost()
 
     def _succeeded(self, endpoint: Endpoint) -> None:
         was_ejected = endpoint.ejected()
@@ -188,6 +200,7 @@ class Pool:
             endpoint.ejected_until = self.clock() + endpoint.backoff_s
             if not was_ejected:
                 self.on_health_change(endpoint)
+                self._capacity_lost()
 
     def _two_choices(self, candidates: list[Endpoint]) -> Endpoint:
         if len(candidates) == 1:

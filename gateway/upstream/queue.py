@@ -89,6 +89,13 @@ class WaitQueue:
             waiter, _ = self._waiters.popitem(last=False)
             waiter.wake(self)
 
+    def flush(self) -> None:
+        """Wake every waiter, slot or not: the pool cannot serve them (it lost
+        its last usable endpoint) and they should hear so now."""
+        while self._waiters:
+            waiter, _ = self._waiters.popitem(last=False)
+            waiter.wake(self)
+
     def redeem(self) -> None:
         """A woken waiter has tried the pool (or is gone): its slot is anyone's."""
         self.handed -= 1

@@ -233,3 +233,21 @@ def test_the_load_routing_reads_counts_the_requests_waiting_for_a_pool():
 
     assert asyncio.run(main()) == {"a": 3}
     assert runtime.load() == {"a": 0}
+
+
+def test_waiters_hear_at_once_when_their_pool_loses_its_last_healthy_endpoint():
+    pool = make_pool()
+    w = Waiting(pool)
+
+    async def main() -> None:
+        holder = await w.request("holder")
+        [waiting] = await w.queue(pool, "waiting")
+        pool.set_health(pool.endpoints[0], False)  # the active check fails: no slot will come
+        with pytest.raises(NoHealthyBackend) as failed:
+            await waiting
+        assert not isinstance(failed.value, AtCapacity)
+        await holder.give_back(None)
+
+    asyncio.run(main())
+    assert (pool.in_flight, pool.queue.waiting, pool.queue.handed) == (0, 0, 0)
+    assert w.sample("specgate_queue_waits_total", pool="p", outcome="failed") == 1
