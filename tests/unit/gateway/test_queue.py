@@ -48,6 +48,11 @@ class Waiting:
         self.served.append(name)
         return claim
 
+    async def fill(self, pool: Pool, *names: str) -> tuple[Claim, list[asyncio.Task[Claim]]]:
+        """A request that fills `pool` (its limit is 1), and `names` queued behind it."""
+        holder = await self.request("holder")
+        return holder, await self.queue(pool, *names)
+
     async def queue(self, pool: Pool, *names: str) -> list[asyncio.Task[Claim]]:
         """Requests that wait on `pool`, queued in the order named."""
         tasks = []
@@ -72,8 +77,7 @@ def test_waiters_are_served_first_come_first_served_and_newcomers_queue_behind()
     w = Waiting(pool)
 
     async def main() -> None:
-        holder = await w.request("holder")
-        tasks = await w.queue(pool, "w0", "w1", "w2")
+        holder, tasks = await w.fill(pool, "w0", "w1", "w2")
         assert w.sample("specgate_queue_waiting", pool="p") == 3
         await holder.give_back(True)
         with pytest.raises(AtCapacity):  # the freed slot is w0's, not a newcomer's
@@ -96,8 +100,7 @@ def test_beyond_the_bound_the_answer_is_503_with_retry_after_at_once():
     w = Waiting(pool)
 
     async def main() -> AtCapacity:
-        holder = await w.request("holder")
-        tasks = await w.queue(pool, "w0", "w1")
+        holder, tasks = await w.fill(pool, "w0", "w1")
         with pytest.raises(AtCapacity) as refused:
             await w.request("third")
         await holder.give_back(True)
@@ -136,8 +139,7 @@ def test_a_client_that_leaves_while_waiting_leaves_no_waiter_behind():
     w = Waiting(pool)
 
     async def main() -> None:
-        holder = await w.request("holder")
-        [gone] = await w.queue(pool, "gone")
+        holder, [gone] = await w.fill(pool, "gone")
         gone.cancel()
         with pytest.raises(asyncio.CancelledError):
             await gone
@@ -156,8 +158,7 @@ def test_a_wake_up_given_to_a_waiter_that_just_left_goes_to_the_next():
     w = Waiting(pool)
 
     async def main() -> None:
-        holder = await w.request("holder")
-        first, second = await w.queue(pool, "first", "second")
+        holder, [first, second] = await w.fill(pool, "first", "second")
         await holder.give_back(True)  # wakes `first`, which has not run yet...
         assert pool.queue.handed == 1
         first.cancel()  # ...and is gone before it does
@@ -223,8 +224,7 @@ def test_the_load_routing_reads_counts_the_requests_waiting_for_a_pool():
     w = Waiting(pool)
 
     async def main() -> dict[str, int]:
-        holder = await w.request("holder")
-        tasks = await w.queue(pool, "w0", "w1")
+        holder, tasks = await w.fill(pool, "w0", "w1")
         load = dict(runtime.load())
         await holder.give_back(True)
         for task in tasks:
@@ -240,8 +240,7 @@ def test_waiters_hear_at_once_when_their_pool_loses_its_last_healthy_endpoint():
     w = Waiting(pool)
 
     async def main() -> None:
-        holder = await w.request("holder")
-        [waiting] = await w.queue(pool, "waiting")
+        holder, [waiting] = await w.fill(pool, "waiting")
         pool.set_health(pool.endpoints[0], False)  # the active check fails: no slot will come
         with pytest.raises(NoHealthyBackend) as failed:
             await waiting
