@@ -80,3 +80,30 @@ def test_beyond_the_queue_bound_the_answer_is_503_with_retry_after(start_gateway
     assert error.response.headers["retry-after"] == "5"  # the pool's first_byte_s bounds the wait
     assert error.code == "at_capacity"
     assert "queues are full" in error.message
+
+
+def test_a_client_that_leaves_while_queued_leaves_no_waiter_and_the_next_is_served(start_gateway, std_fake):
+    gw = start_gateway(standard_only(std_fake.url, max_in_flight=1))
+    pool = gw.app.state.runtime.pools["standard"]
+    std_fake.hold()
+
+    async def main() -> str | None:
+        client = openai.AsyncOpenAI(base_url=gw.base_url, api_key="k", max_retries=0)
+        held = asyncio.create_task(ask(client))
+        leaving = asyncio.create_task(ask(client))
+        await queued(pool, 1, [held, leaving])
+        leaving.cancel()  # the client closes its connection
+        while pool.queue.waiting:
+            await asyncio.sleep(0.01)
+        std_fake.release()
+        await held
+        answer = await ask(client)
+        await client.close()
+        return answer.choices[0].finish_reason
+
+    try:
+        assert asyncio.run(main()) == "stop"
+    finally:
+        std_fake.release()
+    assert len(std_fake.completion_requests()) == 2  # the one that left never reached the backend
+    assert (pool.in_flight, pool.queue.waiting, pool.queue.handed) == (0, 0, 0)
