@@ -21,6 +21,7 @@ from gateway.decide.latency import LatencyModel
 from gateway.decide.routing import Decision, Overrides, Routed, route
 from gateway.decide.traffic import ClassLatency, traffic_class
 from gateway.edge.auth import ClientKeys, Grant
+from gateway.edge.load_view import DecisionLoad
 from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, PayloadTooLarge, RequestTimeout
 from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
@@ -72,6 +73,7 @@ class ProxyEndpoints:
         self.log = structlog.get_logger("specgate.routing")
         self.keys = keys or ClientKeys({})
         self.runtime = runtime
+        self.load = DecisionLoad(runtime)
         self.flags = flags
         self.metrics = metrics
         self.rng = rng or random.Random()
@@ -81,7 +83,7 @@ class ProxyEndpoints:
     def route(self, body: Mapping[str, Any], endpoint: str, headers: Mapping[str, str]) -> Routed:
         """The decision for a parsed body, without sending anything anywhere."""
         policy = self.runtime.policy
-        return route(body, endpoint, policy, self.runtime.load(), self.flags.snapshot(),
+        return route(body, endpoint, policy, self.load(), self.flags.snapshot(),
                      Overrides.from_headers(headers, policy), self.rng.random(), self.latency, self.rng)
 
     async def chat(self, request: Request) -> ASGIApp:
@@ -99,8 +101,7 @@ class ProxyEndpoints:
         decision, features = routed.decision, routed.features
         check_limits(body, Limits(n=self.settings.max_n, max_tokens=self._max_tokens(decision.pool)))
         self._count(decision)
-        # No await from the decision to the lease (Relay -> Exchange.open -> Claim.take): the next
-        # request's decision reads this one in the pool's in-flight count, so a burst does not herd.
+        # No await from the decision to the lease: the next decision counts this one (see load_view).
         chain, degraded = self._chain(decision.pool, grant, decision.chain)
         outgoing = Outgoing("POST", path, raw, self._forwarded(request), body=body, stream=features.stream,
                             drop_client_key=self.keys.enabled,
