@@ -125,3 +125,32 @@ def test_a_burst_splits_between_two_identical_pools(start_gateway, spec_fake, st
             thread.join()
     assert min(in_flight.values()) >= burst // 4, in_flight
     assert Counter(pools) == Counter(in_flight)
+
+
+def test_a_full_chosen_pool_spills_to_the_next_candidate(start_gateway, spec_fake, std_fake):
+    """The chain of a fastest decision holds every candidate: the standard pool,
+    measured far faster, is chosen while it is full, and the request goes on to
+    the speculative pool instead of waiting for it or failing."""
+    policy = fastest_policy(spec_fake.url, std_fake.url)
+    policy["pools"]["standard"]["max_in_flight"] = 1
+    gateway = start_gateway(policy)
+    model = gateway.app.state.parts.latency
+    for _ in range(50):
+        model.observe("speculative", "chat/greedy", 0, 0.5, 0.05)
+        model.observe("standard", "chat/greedy", 0, 0.01, 0.001)
+        model.observe("standard", "chat/greedy", 1, 0.01, 0.001)
+    hold = std_fake.hold()
+    with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as client:
+        first = threading.Thread(target=streamed, args=(client,))
+        first.start()
+        while not std_fake.holding.is_set():
+            time.sleep(0.01)  # the standard pool's one slot is taken
+        with client.chat.completions.with_streaming_response.create(
+                model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=16, temperature=0,
+                stream=True) as response:
+            served, reason = response.headers["x-specgate-pool"], response.headers.get("x-specgate-reason")
+            for _ in response.iter_lines():
+                pass
+        hold.set()
+        first.join()
+    assert (served, reason) == ("speculative", "fallback:no_capacity")
