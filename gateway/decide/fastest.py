@@ -21,7 +21,7 @@ choice explored. Without a random generator the mean decides (explain, tests).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +70,7 @@ class Fastest:
                 "explored": self.explored, "candidates": [e.to_json() for e in self.estimates]}
 
 
-def model_class(features: Features, domains: Sequence[str], default_domain: str) -> str:
+def model_class(features: Features, domains: Collection[str], default_domain: str) -> str:
     """The class a request is predicted under: an undefined domain (a header's) counts as the default one."""
     domain = features.domain if features.domain in domains else default_domain
     return traffic_class(domain, features.temperature)
@@ -83,7 +83,8 @@ def fastest(pools: Sequence[str], features: Features, traffic: str, tokens: int,
     for pool in pools:
         load = features.load.get(pool, 0)
         predicted = model.predict(pool, traffic, load, tokens)
-        sample = predicted.e2e_s if rng is None else model.sample(pool, traffic, load, tokens, rng)
+        # LatencyModel.sample's draw, from the prediction in hand rather than a second lookup
+        sample = predicted.e2e_s if rng is None else max(0.0, rng.gauss(predicted.e2e_s, predicted.stddev_e2e))
         estimates.append(Estimate(pool, load, predicted, sample))
     estimates.sort(key=lambda e: e.predicted.e2e_s)
     chosen = min(estimates, key=lambda e: e.sample_s)

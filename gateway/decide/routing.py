@@ -129,7 +129,7 @@ def _fastest(rule: CompiledRule, features: Features, policy: Policy, flags: Flag
         return _guarded(Decision(rule.candidates[0], rule.name, "; ".join(left_out)), features, policy, flags, draw)
     spec = policy.spec
     tokens = min(features.max_tokens, spec.routing.typical_output_tokens)
-    traffic = model_class(features, tuple(spec.domains), spec.default_domain)
+    traffic = model_class(features, spec.domains, spec.default_domain)
     found = fastest(usable, features, traffic, tokens, model, rng)
     chosen = found.chosen.predicted
     why = (f"fastest of {len(usable)}: predicted E2E {chosen.e2e_s:.3f} s"
