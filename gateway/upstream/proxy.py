@@ -170,8 +170,9 @@ class Forwarder:
     async def open_first(self, chain: Sequence[Upstream], outbound: Callable[[Pool], Outbound],
                          claim: Claim, degraded: bool = False) -> Opened:
         """Open on the first of `chain` (a pool, then its fallback chain) that takes
-        the request; the last one's answer or error stands, unless a pool
-        of the chain was only full: then the request waits for a slot."""
+        the request; the last one's answer stands, and so does its error
+        unless a pool of the chain was only full: then the request waits
+        for a slot."""
         try:
             return await self._walk(chain, outbound, claim, degraded)
         except ChainFull as full:
