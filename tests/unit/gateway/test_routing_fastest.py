@@ -190,3 +190,12 @@ def test_policy_checks_fastest_rules(rule, message):
             f"rules:\n  - {rule}\n")
     with pytest.raises(PolicyError, match=message.replace("[", r"\[").replace("]", r"\]")):
         parse_policy(text)
+
+
+def test_fastest_is_a_route_not_a_pool_name_and_candidates_are_taken_once():
+    pool = "{kind: standard, endpoints: [{url: 'http://127.0.0.1:2'}]}"
+    with pytest.raises(PolicyError, match="'fastest' is a route, not a pool name"):
+        parse_policy(f"version: 1\npools:\n  fastest: {pool}\nrules:\n  - {{name: r, route: fastest}}\n")
+    policy = parse_policy(f"version: 1\npools:\n  a: {pool}\n  b: {pool}\n"
+                          "rules:\n  - {name: r, route: fastest, candidates: [b, a, b]}\n")
+    assert policy.rules[0].candidates == ("b", "a")
