@@ -86,6 +86,8 @@ def test_explain_shows_each_candidates_prediction(gateway_with_traffic):
     measured = {c["pool"]: c["samples"] for c in found["candidates"]}
     assert measured["standard"] > 0, "the standard pool's answers were measured"
     assert decision["chain"][0] == decision["pool"] and set(decision["chain"]) == {"speculative", "standard"}
+    tables = httpx.get(gateway.url + "/admin/latency", headers={"authorization": f"Bearer {ADMIN_TOKEN}"}).json()
+    assert {(pair["pool"], pair["class"]) for pair in tables["pairs"]} >= {("standard", "chat/greedy")}
 
 
 @pytest.fixture
