@@ -10,21 +10,13 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from gateway.decide.latency import LatencyModel
-from gateway.decide.policy import parse_policy
 from gateway.edge.endpoints import ProxyEndpoints
 from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
 from gateway.upstream.runtime import Runtime
+from tests.unit.gateway.test_routing_load import POLICY  # two standard pools a and b, route: fastest
 
-POLICY = parse_policy("""
-version: 1
-pools:
-  a: {kind: standard, endpoints: [{url: "http://127.0.0.1:1"}]}
-  b: {kind: standard, endpoints: [{url: "http://127.0.0.1:2"}]}
-rules:
-  - {name: default, route: fastest}
-""")
 BODY = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0, "max_tokens": 64}
 
 
