@@ -81,6 +81,7 @@ class SimEngine:
         self.waiting: deque[SimRequest] = deque()
         self.running: dict[SimRequest, None] = {}  # an ordered set
         self.steps = 0
+        self.domain_quality: dict[str, float] = {}  # POST /control: a draft's acceptance per domain
         self._loop_task: asyncio.Task | None = None
         self.mode_steps = Counter(
             "specgate_sim_steps", "Engine steps with sequences decoding, by whether they drafted",
@@ -118,11 +119,22 @@ class SimEngine:
         return SimRequest(
             request=request,
             domain=domain,
-            acceptance=acceptance(domain, temperature, self.params),
+            acceptance=min(0.99, acceptance(domain, temperature, self.params)
+                           * self.domain_quality.get(domain, 1.0)),
             prompt_tokens=estimate_tokens(text),
             target_tokens=target,
             finish_reason=finish,
         )
+
+    def set_domain_quality(self, domain: str, factor: float) -> None:
+        """Multiply the acceptance of `domain`'s drafts by `factor` from now on,
+        for the requests in the batch too (a draft that stops matching a kind
+        of prompt mid-run); 1.0 restores the model's own acceptance."""
+        old = self.domain_quality.get(domain, 1.0)
+        self.domain_quality[domain] = factor
+        for sim in (*self.running, *self.waiting):
+            if sim.domain == domain:
+                sim.acceptance = min(0.99, sim.acceptance / old * factor)
 
     def _drop(self, sim: SimRequest) -> None:
         if sim in self.running:
