@@ -28,6 +28,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
 from gateway.upstream.exchange import Exchange, Outgoing, Recorder, usage_hidden
 from gateway.upstream.proxy import Forwarder, request_headers
+from gateway.upstream.queue_metrics import QueueMetrics
 from gateway.upstream.relay import Relay, RelayTimeouts
 from gateway.upstream.runtime import Runtime
 from gateway.upstream.upstream import Upstream
@@ -78,7 +79,8 @@ class ProxyEndpoints:
         self.metrics = metrics
         self.rng = rng or random.Random()
         self.recorder = Recorder(metrics, runtime, class_latency)
-        self.forwarder = Forwarder(on_error=self.recorder.error, on_retry=self.recorder.retry)
+        self.forwarder = Forwarder(on_error=self.recorder.error, on_retry=self.recorder.retry,
+                                   waits=QueueMetrics(metrics.registry))
 
     def route(self, body: Mapping[str, Any], endpoint: str, headers: Mapping[str, str]) -> Routed:
         """The decision for a parsed body, without sending anything anywhere."""
