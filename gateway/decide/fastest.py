@@ -13,9 +13,24 @@ request and the policy (no second learned quantity to go stale).
 The choice is a Thompson draw: each candidate's E2E is sampled from its
 prediction's uncertainty and the smallest sample wins. A pool that has been
 measured much slower than another seldom wins a draw, and less often the
-more it is measured; one not measured for a while grows uncertain and is
-tried again. The winner by mean is kept beside it: when the two differ the
-choice explored. Without a random generator the mean decides (explain, tests).
+more it is measured. The winner by mean is kept beside it: when the two
+differ the choice explored. Without a random generator the mean decides
+(explain, tests).
+
+Draws alone would not try a slower pool again: once its measurements are
+forgotten its estimate's spread tends to the spread its answers had, not to
+the prior's, so a pool measured twice as slow with steady answers never wins
+a draw, and would not be seen to recover. So a floor: with probability
+`EXPLORE_SHARE` a decision goes to the stalest candidate other than the best
+whose estimate rests on less than `STALE_SAMPLES` of remembered answers.
+The share is a bound that holds whatever the request rate and however noisy
+the answers, and it is spent only on a pool the model has stopped knowing:
+one answer makes it known again, so on busy traffic the floor costs about one
+request per stale pool and class every half-life or two. Inflating the draw's
+spread by the estimate's age was the other way; its share would grow without
+bound on quiet traffic (a forgotten pool at the prior's 50% spread that is
+twice as slow wins about 16% of draws) and depends on a rate of inflation to
+choose.
 """
 
 from __future__ import annotations
@@ -28,6 +43,9 @@ from typing import Any
 from gateway.decide.features import Features
 from gateway.decide.latency import LatencyModel, Prediction
 from gateway.decide.traffic import traffic_class
+
+EXPLORE_SHARE = 0.02  # at most this share of decisions goes to a stale candidate that is not the best
+STALE_SAMPLES = 1.0  # an estimate resting on less remembered weight than one answer is stale
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,4 +106,8 @@ def fastest(pools: Sequence[str], features: Features, traffic: str, tokens: int,
         estimates.append(Estimate(pool, load, predicted, sample))
     estimates.sort(key=lambda e: e.predicted.e2e_s)
     chosen = min(estimates, key=lambda e: e.sample_s)
+    if rng is not None and rng.random() < EXPLORE_SHARE:
+        stale = [e for e in estimates[1:] if e.predicted.samples < STALE_SAMPLES]
+        if stale:
+            chosen = min(stale, key=lambda e: e.predicted.samples)
     return Fastest(chosen.pool, estimates[0].pool, tuple(estimates), traffic, tokens)

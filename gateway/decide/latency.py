@@ -15,7 +15,9 @@ in a fixed time whatever the request rate (three half-lives of 10 s leave 12.5%
 of the weight on what came before), where a per-sample factor would follow in
 seconds on a busy class and in minutes on a quiet one. A bucket's weight (its
 forgotten sample count) also shrinks while it sees nothing, so a stale estimate
-grows uncertain and Thompson draws explore it again.
+grows uncertain, though only toward the spread its answers had, not the
+prior's: `route: fastest` adds a floor of exploration (fastest.py) to try a
+stale pool again.
 
 A bucket's estimate is its own mean shrunk toward an anchor worth
 `LatencyPriors.weight` samples: the prior curve scaled by how the nearest other
