@@ -64,7 +64,9 @@ def run_way(args: argparse.Namespace, way: str, trace: traces.Trace, work: Path)
     finally:
         if running:
             running.stop()
-    return outcome.report(way, trace, samples, wall, args.slo_ms / 1000)
+    result = outcome.report(way, trace, samples, wall, args.slo_ms / 1000)
+    (args.out / f"{trace.name}-{way}-requests.json").write_text(json.dumps(outcome.requests(trace, samples)))
+    return result
 
 
 def run_trace(args: argparse.Namespace, trace: traces.Trace, path: Path, work: Path) -> list[dict[str, Any]]:
