@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from backends.sim.model import DEFAULT_PARAMS
+from backends.sim.model import CALIBRATIONS, SimParams
 
 # The SimParams fields the command line can change, each a positive number: (type, help).
 TUNABLE: dict[str, tuple[type[int] | type[float], str]] = {
@@ -54,29 +54,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="multiply every simulated duration; 0.1 runs 10x faster than the modelled GPU "
         "(default: %(default)s)",
     )
+    parser.add_argument(
+        "--calibration",
+        choices=tuple(CALIBRATIONS),
+        default="8b-a100",
+        help="the modelled target, draft and GPU, every constant of docs/sim.md (default: %(default)s)",
+    )
     for name, (kind, help_text) in TUNABLE.items():
-        flag, default = "--" + name.replace("_", "-"), getattr(DEFAULT_PARAMS, name)
-        parser.add_argument(flag, type=kind, default=default, help=f"{help_text} (default: %(default)s)")
+        flag, default = "--" + name.replace("_", "-"), getattr(CALIBRATIONS["8b-a100"], name)
+        parser.add_argument(flag, type=kind, help=f"{help_text} (default: the calibration's; {default} for 8b-a100)")
     parser.add_argument("--seed", type=int, default=None, help="seed for acceptance draws")
     parser.add_argument(
         "--log-level", default="warning", help="uvicorn log level (default: %(default)s)"
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def params_from(args: argparse.Namespace) -> SimParams:
+    """The calibration's constants with the options given on the command line over them."""
     import dataclasses
 
+    for name in ("time_scale", *TUNABLE):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            raise SystemExit(f"specgate sim: --{name.replace('_', '-')} must be positive")
+    given = {name: getattr(args, name) for name in TUNABLE if getattr(args, name) is not None}
+    return dataclasses.replace(CALIBRATIONS[args.calibration], **given)
+
+
+def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from backends.serving.server import bind_socket, uvicorn_config
     from backends.sim.server import create_sim_app
 
-    for name in ("time_scale", *TUNABLE):
-        if getattr(args, name) <= 0:
-            raise SystemExit(f"specgate sim: --{name.replace('_', '-')} must be positive")
-    params = dataclasses.replace(DEFAULT_PARAMS, **{name: getattr(args, name) for name in TUNABLE})
     app, _ = create_sim_app(
-        args.kind, args.model, params=params, time_scale=args.time_scale, seed=args.seed
+        args.kind, args.model, params=params_from(args), time_scale=args.time_scale, seed=args.seed
     )
     try:
         sock = bind_socket(args.host, args.port)

@@ -110,6 +110,21 @@ class SimParams:
 
 DEFAULT_PARAMS = SimParams()
 
+# A 70B target with a separate 1B draft model (docs/sim.md, "A second calibration"):
+# Llama-3-70B in bf16 over four A100-80GB (tensor parallel), Llama-3.2-1B drafting 4 tokens.
+LARGE_TARGET_PARAMS = SimParams(
+    weights_read_s=0.022,
+    kv_read_per_seq_s=0.000032,
+    compute_per_token_s=0.00056,
+    draft_step_s=0.002,
+    draft_per_seq_s=0.00004,
+    num_speculative_tokens=4,
+    base_acceptance=MappingProxyType({"code": 0.80, "math": 0.75, "chat": 0.68}),
+    speculative_max_batch=16,
+)
+
+CALIBRATIONS = MappingProxyType({"8b-a100": DEFAULT_PARAMS, "70b-4xa100-draft1b": LARGE_TARGET_PARAMS})
+
 
 def acceptance(domain: str, temperature: float, params: SimParams = DEFAULT_PARAMS) -> float:
     """Per-token draft acceptance `a` for a domain and temperature (clipped to [0, 2])."""
