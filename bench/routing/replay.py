@@ -45,6 +45,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=240, help="the mixed trace only")
     parser.add_argument("--duration", type=float, default=60.0, help="the mixed trace only: seconds it spans")
     parser.add_argument("--slo-ms", type=float, default=25.0, help="latency SLO per output token")
+    parser.add_argument("--tight-slo-ms", type=float, default=15.0, help="a second, tighter SLO per output token")
     parser.add_argument("--time-scale", type=float, default=1.0, help="sim only: 1.0 is modelled GPU speed")
     parser.add_argument("--sim-arg", action="append", default=[], help="sim only: passed to every `specgate sim`")
     parser.add_argument("--model", default=stack.MODEL)
@@ -64,7 +65,8 @@ def run_way(args: argparse.Namespace, way: str, trace: traces.Trace, work: Path)
     finally:
         if running:
             running.stop()
-    result = outcome.report(way, trace, samples, wall, args.slo_ms / 1000)
+    result = outcome.report(way, trace, samples, wall, args.slo_ms / 1000,
+                            args.tight_slo_ms / 1000)
     (args.out / f"{trace.name}-{way}-requests.json").write_text(json.dumps(outcome.requests(trace, samples)))
     return result
 
@@ -78,7 +80,8 @@ def run_trace(args: argparse.Namespace, trace: traces.Trace, path: Path, work: P
         print(json.dumps(results[-1]), flush=True)
     best = max((r for r in results if r["way"] != "gateway"), key=lambda r: r["goodput_rps"], default=None)
     summary = {"trace": trace.name, "file": str(path), "seed": args.seed, "requests": len(trace.requests),
-               "slo_ms_per_token": args.slo_ms, "time_scale": args.time_scale, "sim_args": args.sim_arg,
+               "slo_ms_per_token": args.slo_ms,
+               "tight_slo_ms_per_token": args.tight_slo_ms, "time_scale": args.time_scale, "sim_args": args.sim_arg,
                "results": results, "best_baseline": best and best["way"]}
     (args.out / f"{trace.name}.json").write_text(json.dumps(summary, indent=2))
     return results
