@@ -88,7 +88,10 @@ def bench_policy(upstream: int) -> str:
     text = (ROOT / "policies" / "default.yaml").read_text()
     for port in ("8001", "8002"):
         text = text.replace(f"127.0.0.1:{port}", f"127.0.0.1:{upstream}")
-    return text.replace("max_in_flight: 64", "max_in_flight: 100000")
+    lifted, count = re.subn(r"max_in_flight: \d+", "max_in_flight: 100000", text)
+    if count == 0:
+        raise RuntimeError("policies/default.yaml sets no max_in_flight to lift")
+    return lifted
 
 
 def run_wrk(url: str, concurrency: int, duration: float, script: Path) -> dict:

@@ -11,6 +11,7 @@
     │   ├── RequestTimeout    408     body not received within body_timeout_s
     │   └── HeadersTooLarge   431     headers over max_header_bytes
     ├── NoHealthyBackend      503     nothing to send the request to (Retry-After)
+    │   └── AtCapacity        503     every pool of the chain full, and its queue full or waited out
     └── UpstreamError                 the backend failed before the first byte
         ├── UpstreamUnreachable   502 connect errors or bad statuses after retries
         └── UpstreamTimeout       504 no first byte within the pool's timeout
@@ -108,6 +109,12 @@ class NoHealthyBackend(GatewayError):
 
     def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
         super().__init__(message, headers={"retry-after": str(retry_after_s)})
+
+
+class AtCapacity(NoHealthyBackend):
+    """The pools are healthy but full: raised by a full pool (the request may
+    wait for a slot), and answered when the wait is refused or runs out."""
+    code = "at_capacity"
 
 
 class UpstreamError(GatewayError):

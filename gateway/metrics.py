@@ -44,6 +44,12 @@ class GatewayMetrics:
                               registry=r)
         self.policy_reloads = Counter("specgate_policy_reloads", "Policy reloads, by result",
                                       ["result"], registry=r)
+        self.route_decisions = Counter("specgate_route_decisions",
+                                       "Routing decisions, by pool, rule and whether the choice explored",
+                                       ["pool", "rule", "explored"], registry=r)
+        self.predicted_e2e = Histogram("specgate_predicted_e2e_seconds",
+                                       "Predicted end-to-end time of the pool a fastest route chose",
+                                       ["pool"], buckets=LATENCY_BUCKETS, registry=r)
         self.overhead = Histogram("specgate_overhead_seconds",
                                   "Time spent in the gateway before the backend request is sent",
                                   buckets=OVERHEAD_BUCKETS, registry=r)

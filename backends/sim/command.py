@@ -4,14 +4,16 @@ The server answers `/v1/chat/completions`, `/v1/completions`, `/v1/models`,
 `/health` and `/metrics` like vLLM. Its step times follow a model of an
 8B model on an A100 (docs/sim.md): a speculative pool is faster at low
 concurrency and slower at high concurrency, and its draft acceptance falls
-with temperature and varies by domain (code, math, chat).
+with temperature and varies by domain (code, math, chat). A dynamic pool
+speculates only while its batch is small, as engines that turn speculation
+off under load do.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from backends.sim.model import DEFAULT_PARAMS
+from backends.sim.model import CALIBRATIONS, SimParams
 
 # The SimParams fields the command line can change, each a positive number: (type, help).
 TUNABLE: dict[str, tuple[type[int] | type[float], str]] = {
@@ -22,16 +24,21 @@ TUNABLE: dict[str, tuple[type[int] | type[float], str]] = {
         float,
         "multiply every draft acceptance; e.g. 0.6 models a weak draft whose acceptance trips the guard",
     ),
+    "speculative_max_batch": (
+        int,
+        "--kind dynamic: draft while at most this many sequences decode, decode plainly above",
+    ),
 }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kind",
-        choices=("speculative", "standard"),
+        choices=("speculative", "standard", "dynamic"),
         required=True,
-        help="speculative decoding (EAGLE-style drafts, exports spec-decode counters) "
-        "or standard decoding (one token per step)",
+        help="speculative decoding (EAGLE-style drafts, exports spec-decode counters), "
+        "standard decoding (one token per step), or dynamic: speculative while the batch "
+        "is at most --speculative-max-batch sequences, standard above",
     )
     parser.add_argument("--port", type=int, required=True, help="port to listen on")
     parser.add_argument(
@@ -47,29 +54,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="multiply every simulated duration; 0.1 runs 10x faster than the modelled GPU "
         "(default: %(default)s)",
     )
+    parser.add_argument(
+        "--calibration",
+        choices=tuple(CALIBRATIONS),
+        default="8b-a100",
+        help="the modelled target, draft and GPU, every constant of docs/sim.md (default: %(default)s)",
+    )
     for name, (kind, help_text) in TUNABLE.items():
-        flag, default = "--" + name.replace("_", "-"), getattr(DEFAULT_PARAMS, name)
-        parser.add_argument(flag, type=kind, default=default, help=f"{help_text} (default: %(default)s)")
+        flag, default = "--" + name.replace("_", "-"), getattr(CALIBRATIONS["8b-a100"], name)
+        parser.add_argument(flag, type=kind, help=f"{help_text} (default: the calibration's; {default} for 8b-a100)")
     parser.add_argument("--seed", type=int, default=None, help="seed for acceptance draws")
     parser.add_argument(
         "--log-level", default="warning", help="uvicorn log level (default: %(default)s)"
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def params_from(args: argparse.Namespace) -> SimParams:
+    """The calibration's constants with the options given on the command line over them."""
     import dataclasses
 
+    for name in ("time_scale", *TUNABLE):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            raise SystemExit(f"specgate sim: --{name.replace('_', '-')} must be positive")
+    given = {name: getattr(args, name) for name in TUNABLE if getattr(args, name) is not None}
+    return dataclasses.replace(CALIBRATIONS[args.calibration], **given)
+
+
+def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from backends.serving.server import bind_socket, uvicorn_config
     from backends.sim.server import create_sim_app
 
-    for name in ("time_scale", *TUNABLE):
-        if getattr(args, name) <= 0:
-            raise SystemExit(f"specgate sim: --{name.replace('_', '-')} must be positive")
-    params = dataclasses.replace(DEFAULT_PARAMS, **{name: getattr(args, name) for name in TUNABLE})
     app, _ = create_sim_app(
-        args.kind, args.model, params=params, time_scale=args.time_scale, seed=args.seed
+        args.kind, args.model, params=params_from(args), time_scale=args.time_scale, seed=args.seed
     )
     try:
         sock = bind_socket(args.host, args.port)

@@ -6,7 +6,11 @@ sleeps for the step time the model gives for that batch, then hands every
 running request its tokens for the step. A speculative engine samples how
 many of its `g` draft tokens each request accepted (each independently with
 probability `a`, the accepted prefix stops at the first rejection) and feeds
-the counts to the `vllm:spec_decode_*` counters exactly as vLLM does.
+the counts to the `vllm:spec_decode_*` counters exactly as vLLM does. A
+dynamic engine does so only in steps whose decoding batch is at most
+`speculative_max_batch` sequences, and decodes one token per sequence above;
+`specgate_sim_steps_total{speculation}` counts the steps each way and
+`specgate_sim_speculation_active` says how the last one went.
 """
 
 from __future__ import annotations
@@ -17,9 +21,19 @@ from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from prometheus_client import Counter, Gauge
+
 from backends.serving import Delta, GenerationRequest, VllmMetrics
 from backends.serving.generation import estimate_tokens
-from backends.sim.model import DEFAULT_PARAMS, Kind, SimParams, acceptance, domain_classifier, step_seconds
+from backends.sim.model import (
+    DEFAULT_PARAMS,
+    Kind,
+    SimParams,
+    acceptance,
+    domain_classifier,
+    speculates,
+    step_seconds,
+)
 
 WORDS = {
     "code": ("def", " value", "(", "x", "):", "\n   ", " return", " x", " +", " 1", "\n"),
@@ -67,7 +81,16 @@ class SimEngine:
         self.waiting: deque[SimRequest] = deque()
         self.running: dict[SimRequest, None] = {}  # an ordered set
         self.steps = 0
+        self.domain_quality: dict[str, float] = {}  # POST /control: a draft's acceptance per domain
         self._loop_task: asyncio.Task | None = None
+        self.mode_steps = Counter(
+            "specgate_sim_steps", "Engine steps with sequences decoding, by whether they drafted",
+            ["speculation"], registry=metrics.registry,
+        )  # fmt: skip
+        self.speculation_active = Gauge(
+            "specgate_sim_speculation_active", "1 when the last decoding step drafted",
+            registry=metrics.registry,
+        )  # fmt: skip
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         sim = self._admit(request)
@@ -96,11 +119,22 @@ class SimEngine:
         return SimRequest(
             request=request,
             domain=domain,
-            acceptance=acceptance(domain, temperature, self.params),
+            acceptance=min(0.99, acceptance(domain, temperature, self.params)
+                           * self.domain_quality.get(domain, 1.0)),
             prompt_tokens=estimate_tokens(text),
             target_tokens=target,
             finish_reason=finish,
         )
+
+    def set_domain_quality(self, domain: str, factor: float) -> None:
+        """Multiply the acceptance of `domain`'s drafts by `factor` from now on,
+        for the requests in the batch too (a draft that stops matching a kind
+        of prompt mid-run); 1.0 restores the model's own acceptance."""
+        old = self.domain_quality.get(domain, 1.0)
+        self.domain_quality[domain] = factor
+        for sim in (*self.running, *self.waiting):
+            if sim.domain == domain:
+                sim.acceptance = min(0.99, sim.acceptance / old * factor)
 
     def _drop(self, sim: SimRequest) -> None:
         if sim in self.running:
@@ -140,11 +174,17 @@ class SimEngine:
             for sim in admitted:
                 self._emit(sim, 1)
             still_running = [sim for sim in decoding if sim in self.running]
-            if self.kind == "speculative":
-                self._speculative_step(still_running)
-            else:
-                for sim in still_running:
-                    self._emit(sim, 1)
+            if decoding:
+                self._decode(still_running, speculates(self.kind, len(decoding), self.params))
+
+    def _decode(self, batch: list[SimRequest], speculating: bool) -> None:
+        self.mode_steps.labels("on" if speculating else "off").inc()
+        self.speculation_active.set(int(speculating))
+        if speculating:
+            self._speculative_step(batch)
+        else:
+            for sim in batch:
+                self._emit(sim, 1)
 
     def _fill_batch(self) -> set[SimRequest]:
         admitted = set()

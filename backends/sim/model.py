@@ -45,6 +45,11 @@ EAGLE-style one-layer draft head, 3 speculative tokens):
 - `default_temperature` = 1.0: vLLM's default when a request omits `temperature`.
 - `draft_quality` = 1.0: multiplies every acceptance; below 1 models a weaker
   draft (a what-if knob, not a measurement).
+- `speculative_max_batch` = 32: the "dynamic" kind speculates while at most
+  this many sequences decode, and decodes plainly above (engine-level dynamic
+  speculation: vLLM's `num_speculative_tokens_per_batch_size`, SGLang's
+  `--speculative-adaptive`). 32 sits where the model's speedup crosses 1 for
+  chat between T=1 (at ~24) and T=0 (at ~64).
 
 With these numbers the model gives 1.4-2.5x speedups at batch 1 (chat at
 temperature 2 up to code at temperature 0) and 0.55-0.97x at batch 256
@@ -59,7 +64,7 @@ from typing import Literal
 
 from domains.classifier import DomainClassifier, DomainRule
 
-Kind = Literal["speculative", "standard"]
+Kind = Literal["speculative", "standard", "dynamic"]
 
 DOMAIN_RULES = (
     DomainRule(
@@ -100,9 +105,25 @@ class SimParams:
     output_tokens: int = 256
     default_temperature: float = 1.0
     draft_quality: float = 1.0
+    speculative_max_batch: int = 32
 
 
 DEFAULT_PARAMS = SimParams()
+
+# A 70B target with a separate 1B draft model (docs/sim.md, "A second calibration"):
+# Llama-3-70B in bf16 over four A100-80GB (tensor parallel), Llama-3.2-1B drafting 4 tokens.
+LARGE_TARGET_PARAMS = SimParams(
+    weights_read_s=0.022,
+    kv_read_per_seq_s=0.000032,
+    compute_per_token_s=0.00056,
+    draft_step_s=0.002,
+    draft_per_seq_s=0.00004,
+    num_speculative_tokens=4,
+    base_acceptance=MappingProxyType({"code": 0.80, "math": 0.75, "chat": 0.68}),
+    speculative_max_batch=16,
+)
+
+CALIBRATIONS = MappingProxyType({"8b-a100": DEFAULT_PARAMS, "70b-4xa100-draft1b": LARGE_TARGET_PARAMS})
 
 
 def acceptance(domain: str, temperature: float, params: SimParams = DEFAULT_PARAMS) -> float:
@@ -127,6 +148,15 @@ def expected_acceptance_rate(a: float, num_speculative_tokens: int) -> float:
     return (expected_tokens_per_step(a, g) - 1.0) / g
 
 
+def speculates(kind: Kind, batch_size: int, params: SimParams = DEFAULT_PARAMS) -> bool:
+    """Whether a step over `batch_size` decoding sequences drafts: always on
+    the speculative kind, never on the standard one, and on the dynamic one
+    up to `speculative_max_batch` sequences."""
+    if kind == "dynamic":
+        return batch_size <= params.speculative_max_batch
+    return kind == "speculative"
+
+
 def step_seconds(
     kind: Kind, batch_size: int, prefill_tokens: int = 0, params: SimParams = DEFAULT_PARAMS
 ) -> float:
@@ -134,7 +164,7 @@ def step_seconds(
     plus the prompts of newly admitted requests (compute-bound prefill)."""
     per_seq = params.kv_read_per_seq_s
     seconds = params.weights_read_s + prefill_tokens * params.compute_per_token_s
-    if kind == "standard":
+    if not speculates(kind, batch_size, params):
         return seconds + batch_size * (per_seq + params.compute_per_token_s)
     g = params.num_speculative_tokens
     verify = batch_size * (per_seq + (g + 1) * params.compute_per_token_s)

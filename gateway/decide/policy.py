@@ -71,6 +71,15 @@ class HealthSpec(Strict):
     max_backoff_s: float = Field(default=60.0, gt=0)
 
 
+class QueueSpec(Strict):
+    """Requests that wait for a slot while every pool of their chain is at its
+    in-flight limit. Unset: 4 x the pool's in-flight limit (at least 256)
+    waiters, each for at most first_byte_s or 30 s, whichever is smaller;
+    max_waiting: 0 answers 503 at once, as before queueing existed."""
+    max_waiting: int | None = Field(default=None, ge=0)
+    max_wait_s: float | None = Field(default=None, gt=0)
+
+
 class PoolSpec(Strict):
     kind: Literal["speculative", "standard"]
     endpoints: list[EndpointSpec] = Field(min_length=1)
@@ -84,6 +93,7 @@ class PoolSpec(Strict):
     connections: ConnectionsSpec = ConnectionsSpec()
     retry: RetrySpec = RetrySpec()
     health: HealthSpec = HealthSpec()
+    queue: QueueSpec = QueueSpec()
 
     @field_validator("api_key")
     @classmethod
@@ -114,11 +124,21 @@ class DomainSpec(Strict):
         return patterns
 
 
+FASTEST = "fastest"  # the route that picks, per request, the candidate pool predicted to answer first
+
+
 class RuleSpec(Strict):
     name: str = Field(min_length=1)
     when: dict[str, Any] | None = None
-    route: str
+    route: str  # a pool, or `fastest`
+    candidates: list[str] | None = Field(default=None, min_length=1)  # for `fastest`; else every pool
     reason: str | None = None
+
+
+class RoutingSpec(Strict):
+    """`route: fastest` expects min(max_tokens, typical_output_tokens) tokens (docs/routing.md)."""
+    typical_output_tokens: int = Field(default=256, ge=1)
+    half_life_s: float = Field(default=10.0, gt=0)  # how fast measurements are forgotten
 
 
 class OverridesSpec(Strict):
@@ -198,6 +218,7 @@ class PolicySpec(Strict):
     default_domain: str = "chat"
     rules: list[RuleSpec] = Field(min_length=1)
     overrides: OverridesSpec = OverridesSpec()
+    routing: RoutingSpec = RoutingSpec()
     guard: GuardSpec = GuardSpec()
 
 
@@ -213,9 +234,10 @@ class PolicyError(ValueError):
 @dataclass(frozen=True)
 class CompiledRule:
     name: str
-    route: str
+    route: str  # a pool, or FASTEST
     reason: str
     matches: Predicate | None  # None: always
+    candidates: tuple[str, ...] = ()  # FASTEST's pools to choose from, in the policy's order
 
 
 @dataclass(frozen=True)
@@ -294,7 +316,9 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         except ConditionError as exc:
             problems.append((_line_of(exc.path, lines), f"{_dotted(exc.path)}: {exc.message}"))
             continue
-        rules.append(CompiledRule(rule.name, rule.route, rule.reason or _describe(rule), matches))
+        candidates = tuple(dict.fromkeys(rule.candidates or spec.pools)) if rule.route == FASTEST else ()
+        reason = rule.reason or (f"matched {rule.when}" if rule.when else "catch-all")
+        rules.append(CompiledRule(rule.name, rule.route, reason, matches, candidates))
     if problems:
         raise PolicyError(source, problems)
     classifier = DomainClassifier(
@@ -317,11 +341,17 @@ def _check(spec: PolicySpec) -> list[tuple[tuple[Any, ...], str]]:
         elif _fallback_cycle(name, pools):
             problems.append((("pools", name, "fallback"),
                              f"fallback chain from '{name}' loops: {' -> '.join(_fallback_cycle(name, pools))}"))
+    if FASTEST in pools:
+        problems.append((("pools", FASTEST), f"'{FASTEST}' is a route, not a pool name"))
     seen: dict[str, int] = {}
     for i, rule in enumerate(spec.rules):
-        if rule.route not in pools:
+        if rule.route not in pools and rule.route != FASTEST:
             problems.append((("rules", i, "route"),
-                             f"unknown pool '{rule.route}' (pools: {', '.join(pools)})"))
+                             f"unknown pool '{rule.route}' (pools: {', '.join(pools)}, or {FASTEST})"))
+        if rule.candidates is not None and rule.route != FASTEST:
+            problems.append((("rules", i, "candidates"), f"candidates go with route: {FASTEST} only"))
+        problems += [(("rules", i, "candidates", j), f"unknown pool '{name}' (pools: {', '.join(pools)})")
+                     for j, name in enumerate(rule.candidates or ()) if name not in pools]
         if rule.name in seen:
             problems.append((("rules", i, "name"),
                              f"duplicate rule name '{rule.name}' (also rules[{seen[rule.name]}])"))
@@ -343,10 +373,6 @@ def _fallback_cycle(start: str, pools: dict[str, PoolSpec]) -> list[str]:
     """The loop through `start`, e.g. [a, b, a]; [] when its chain does not come back to it."""
     chain = _walk(pools, start)
     return [*chain, start] if pools[chain[-1]].fallback == start else []
-
-
-def _describe(rule: RuleSpec) -> str:
-    return f"matched {rule.when}" if rule.when else "catch-all"
 
 
 def _located(err: Any, lines: dict[tuple[Any, ...], int]) -> tuple[int, str]:

@@ -1,5 +1,6 @@
-"""`decide(features, policy, flags, draw) -> Decision`: a pure function, and
-`route(body, endpoint, policy, load, flags)`: extract the features, then decide.
+"""`decide(features, policy, flags, draw, model, rng) -> Decision`: a pure
+function (the latency model is only read, the random generator passed in), and
+`route(body, endpoint, policy, load, flags, ...)`: extract the features, then decide.
 
 The first rule whose condition holds names a pool (or the `x-specgate-route`
 header does, when the policy allows it). If that pool's speculation flag is
@@ -7,16 +8,25 @@ off, the request goes down the pool's fallback chain instead, except for the
 probe share (`draw < probe_fraction`, auto mode only) that keeps the guard fed.
 A traffic class the guard took off the pool (auto mode) is treated the same
 way, for that class only.
+
+A rule with `route: fastest` chooses among its candidates by predicted E2E
+(gateway.decide.fastest). A candidate whose flag is off, or off for the
+request's class, is not a candidate (but the probe share still goes to it);
+with none left the request takes the first candidate's fallback.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
+from gateway.decide.fastest import Fastest, fastest, model_class
 from gateway.decide.features import Features, extract_features
-from gateway.decide.policy import Policy
+from gateway.decide.latency import LatencyModel
+from gateway.decide.policy import FASTEST, CompiledRule, Policy
 from gateway.decide.traffic import traffic_class
 from gateway.errors import InvalidRequest
 from gateway.flags import FlagSnapshot
@@ -28,6 +38,12 @@ class Decision:
     rule: str
     reason: str
     probe: bool = False
+    chain: tuple[str, ...] = ()  # the pools to try in order, when not the pool's fallback chain
+    fastest: Fastest | None = None  # how `route: fastest` chose
+
+    @property
+    def explored(self) -> bool:
+        return self.fastest is not None and self.fastest.explored
 
     def to_json(self, features: Features, flags: FlagSnapshot) -> dict[str, Any]:
         return {
@@ -35,6 +51,9 @@ class Decision:
             "rule": self.rule,
             "reason": self.reason,
             "probe": self.probe,
+            "explored": self.explored,
+            "chain": list(self.chain),
+            "fastest": None if self.fastest is None else self.fastest.to_json(),
             "features": features.to_json(),
             "flags": {name: flag.to_json() for name, flag in flags.items()},
         }
@@ -63,44 +82,92 @@ class Routed:
 
 
 def route(body: Mapping[str, Any], endpoint: str, policy: Policy, load: Mapping[str, int],
-          flags: FlagSnapshot, overrides: Overrides = Overrides(), draw: float = 1.0) -> Routed:
+          flags: FlagSnapshot, overrides: Overrides = Overrides(), draw: float = 1.0,
+          model: LatencyModel | None = None, rng: random.Random | None = None) -> Routed:
     """The decision for a parsed body, without sending anything anywhere: its
     features, then `decide`. An `x-specgate-route` naming no pool is a 400."""
     if overrides.route is not None and overrides.route not in policy.pools:
         raise InvalidRequest(f"x-specgate-route names unknown pool '{overrides.route}'", param="x-specgate-route")
     features = extract_features(body, endpoint, policy.defaults, policy.classifier, load,
                                 domain_override=overrides.domain, route_override=overrides.route)
-    return Routed(features, decide(features, policy, flags, draw))
+    return Routed(features, decide(features, policy, flags, draw, model, rng))
 
 
-def decide(features: Features, policy: Policy, flags: FlagSnapshot, draw: float = 1.0) -> Decision:
-    chosen = _choose(features, policy)
-    flag = flags.get(chosen.pool)
+def decide(features: Features, policy: Policy, flags: FlagSnapshot, draw: float = 1.0,
+           model: LatencyModel | None = None, rng: random.Random | None = None) -> Decision:
+    """`model` (read only; a cold one when None) and `rng` (None: no exploration) serve `route: fastest`."""
+    if features.route is not None and features.route in policy.pools:
+        return _guarded(Decision(features.route, "header", "x-specgate-route header"), features, policy, flags,
+                        draw)
+    for rule in policy.rules:
+        if rule.matches is None or rule.matches(features):
+            if rule.route == FASTEST:
+                return _fastest(rule, features, policy, flags, draw, model or cold_model(policy.speculative_pools),
+                                rng)
+            return _guarded(Decision(rule.route, rule.name, rule.reason), features, policy, flags, draw)
+    return _guarded(Decision(policy.default_pool, "default_pool", "no rule matched"), features, policy, flags, draw)
+
+
+@lru_cache(maxsize=8)
+def cold_model(speculative_pools: tuple[str, ...]) -> LatencyModel:
+    """A model that has measured nothing: its predictions are the priors."""
+    return LatencyModel(speculative_pools)
+
+
+def _fastest(rule: CompiledRule, features: Features, policy: Policy, flags: FlagSnapshot, draw: float,
+             model: LatencyModel, rng: random.Random | None) -> Decision:
+    usable, left_out = [], []
+    for pool in rule.candidates:
+        off = _off(pool, features, flags)
+        if off is None:
+            usable.append(pool)
+            continue
+        left_out.append(f"'{pool}' is off ({off[0]})")
+        if off[1] and draw < policy.spec.guard.speculative.probe_fraction:
+            return _probe(pool, rule.name, off[0])
+    if not usable:
+        return _guarded(Decision(rule.candidates[0], rule.name, "; ".join(left_out)), features, policy, flags, draw)
+    spec = policy.spec
+    tokens = min(features.max_tokens, spec.routing.typical_output_tokens)
+    traffic = model_class(features, spec.domains, spec.default_domain)
+    found = fastest(usable, features, traffic, tokens, model, rng)
+    chosen = found.chosen.predicted
+    why = (f"fastest of {len(usable)}: predicted E2E {chosen.e2e_s:.3f} s"
+           + (f"; explored (by the mean: '{found.best}')" if found.explored else "")
+           + "".join(f"; {why}" for why in left_out))
+    return Decision(found.pool, rule.name, why, chain=found.chain(policy.fallback_chain(found.pool)),
+                    fastest=found)
+
+
+def _off(pool: str, features: Features, flags: FlagSnapshot) -> tuple[str, bool] | None:
+    """Why `pool` may not take the request and whether a probe share still goes; None when it may."""
+    flag = flags.get(pool)
     if flag is None:
-        return chosen
-    why, probing = flag.reason, flag.probing
+        return None
     if flag.routable:
         traffic = traffic_class(features.domain, features.temperature) if flag.disabled_classes else ""
         if not traffic or not flag.class_off(traffic):
-            return chosen
-        why, probing = f"class {traffic} is slower with speculation", True
+            return None
+        return f"class {traffic} is slower with speculation", True
+    return flag.reason, flag.probing
+
+
+def _guarded(chosen: Decision, features: Features, policy: Policy, flags: FlagSnapshot, draw: float) -> Decision:
+    """`chosen`, unless its pool's flag is off: then a probe share, or its fallback."""
+    off = _off(chosen.pool, features, flags)
+    if off is None:
+        return chosen
+    why, probing = off
     if probing and draw < policy.spec.guard.speculative.probe_fraction:
-        return Decision(chosen.pool, chosen.rule,
-                        f"probe: speculation is off ({why}) but a share still goes",
-                        probe=True)
+        return _probe(chosen.pool, chosen.rule, why)
     target = _fallback(chosen.pool, policy, flags)
     return Decision(target, chosen.rule,
                     f"{chosen.reason}; speculation off on '{chosen.pool}' ({why}), "
                     f"sent to '{target}'")
 
 
-def _choose(features: Features, policy: Policy) -> Decision:
-    if features.route is not None and features.route in policy.pools:
-        return Decision(features.route, "header", "x-specgate-route header")
-    for rule in policy.rules:
-        if rule.matches is None or rule.matches(features):
-            return Decision(rule.route, rule.name, rule.reason)
-    return Decision(policy.default_pool, "default_pool", "no rule matched")
+def _probe(pool: str, rule: str, why: str) -> Decision:
+    return Decision(pool, rule, f"probe: speculation is off ({why}) but a share still goes", probe=True)
 
 
 def _fallback(pool: str, policy: Policy, flags: FlagSnapshot) -> str:

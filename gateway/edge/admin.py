@@ -36,6 +36,7 @@ class AdminAPI:
             Route("/admin/flags", self._guarded(self.get_flags), methods=["GET"]),
             Route("/admin/flags/{pool}", self._guarded(self.put_flag), methods=["PUT"]),
             Route("/admin/guard", self._guarded(self.get_guard), methods=["GET"]),
+            Route("/admin/latency", self._guarded(self.get_latency), methods=["GET"]),
             Route("/admin/policy", self._guarded(self.get_policy), methods=["GET"]),
             Route("/admin/policy/reload", self._guarded(self.reload), methods=["POST"]),
         ]
@@ -83,6 +84,12 @@ class AdminAPI:
         if self.guard_status is None:
             raise NotFound("this gateway runs no guard")
         return _json(self.guard_status())
+
+    async def get_latency(self, request: Request) -> Response:
+        """The latency model `route: fastest` reads: its priors and every (pool, class)'s tables."""
+        if self.proxy.latency is None:
+            raise NotFound("this gateway keeps no latency model")
+        return _json(self.proxy.latency.snapshot())
 
     async def get_policy(self, request: Request) -> Response:
         policy = self.proxy.runtime.policy

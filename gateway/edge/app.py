@@ -24,6 +24,7 @@ from gateway.control.flag_file import FlagFile
 from gateway.control.guard import Guard
 from gateway.control.reload import PolicyReloader
 from gateway.control.signals import PrometheusSource, ScrapeSource
+from gateway.decide.latency import LatencyModel
 from gateway.decide.policy import Policy, load_policy
 from gateway.decide.traffic import ClassLatency
 from gateway.edge.admin import AdminAPI
@@ -34,6 +35,7 @@ from gateway.edge.middleware import FastHandler, HeaderLimitMiddleware, RequestI
 from gateway.flags import FlagStore, PoolFlag, reason_word
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
+from gateway.upstream.meter import Measurement
 from gateway.upstream.pools import Endpoint, HealthMonitor, Pool
 from gateway.upstream.runtime import Runtime
 
@@ -61,9 +63,11 @@ class GatewayParts:
         self.runtime = Runtime(policy)
         self.flags = FlagStore(policy.speculative_pools)
         self.class_latency = ClassLatency()
+        self.latency = latency_model(policy)
         self.proxy = ProxyEndpoints(settings, self.runtime, self.flags, self.metrics,
                                     ClientKeys.load(settings.api_keys, settings.api_keys_file),
-                                    class_latency=self.class_latency)
+                                    class_latency=self.class_latency, latency=self.latency)
+        self.proxy.recorder.sinks.append(self.observe)
         self.log = structlog.get_logger("specgate")
         self.health = HealthMonitor(httpx.AsyncClient(trust_env=False))
         self.reloader = PolicyReloader(settings.policy, self.apply, self.metrics)
@@ -97,7 +101,18 @@ class GatewayParts:
         """A reloaded policy: the pools, the flags, and the watch on the pools."""
         self.runtime.apply(policy)
         self.flags.sync_pools(policy.speculative_pools)
+        if (self.latency.speculative_pools != frozenset(policy.speculative_pools)
+                or self.latency.half_life_s != policy.spec.routing.half_life_s):
+            self.latency = self.proxy.latency = latency_model(policy)  # the priors differ: start again
         self.watch_pools()
+
+    def observe(self, measurement: Measurement) -> None:
+        """A streamed answer teaches the latency model its TTFT and TPOT. A whole body
+        teaches nothing: its one time cannot be split into the two without a guess,
+        and E2E over tokens would pass the first token's wait off as decoding."""
+        if measurement.streamed and measurement.traffic_class is not None:
+            self.latency.observe(measurement.pool, measurement.traffic_class, measurement.load,
+                                 measurement.ttft_s, measurement.tpot_s)
 
     def record_flag(self, pool: str, before: PoolFlag, after: PoolFlag) -> None:
         self.metrics.speculative_enabled.labels(pool).set(int(after.routable))
@@ -171,7 +186,12 @@ def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
     app.state.proxy = parts.proxy
     app.state.reloader = parts.reloader
     app.state.guard = parts.guard
+    app.state.parts = parts
     return app
+
+
+def latency_model(policy: Policy) -> LatencyModel:
+    return LatencyModel(policy.speculative_pools, half_life_s=policy.spec.routing.half_life_s)
 
 
 def _up(endpoint: Endpoint) -> int:

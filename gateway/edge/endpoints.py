@@ -11,20 +11,24 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+import structlog
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
 from gateway.decide.features import Features, Limits, check_limits, parse_json_body
-from gateway.decide.routing import Overrides, Routed, route
+from gateway.decide.latency import LatencyModel
+from gateway.decide.routing import Decision, Overrides, Routed, route
 from gateway.decide.traffic import ClassLatency, traffic_class
 from gateway.edge.auth import ClientKeys, Grant
+from gateway.edge.load_view import DecisionLoad
 from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, PayloadTooLarge, RequestTimeout
 from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
-from gateway.upstream.exchange import Exchange, Outgoing, Recorder
+from gateway.upstream.exchange import Exchange, Outgoing, Recorder, usage_hidden
 from gateway.upstream.proxy import Forwarder, request_headers
+from gateway.upstream.queue_metrics import QueueMetrics
 from gateway.upstream.relay import Relay, RelayTimeouts
 from gateway.upstream.runtime import Runtime
 from gateway.upstream.upstream import Upstream
@@ -61,22 +65,28 @@ async def read_body(request: Request, limit: int, timeout_s: float | None = None
 class ProxyEndpoints:
     def __init__(self, settings: Settings, runtime: Runtime, flags: FlagStore,
                  metrics: GatewayMetrics, keys: ClientKeys | None = None,
-                 rng: random.Random | None = None, class_latency: ClassLatency | None = None) -> None:
+                 rng: random.Random | None = None, class_latency: ClassLatency | None = None,
+                 latency: LatencyModel | None = None) -> None:
         self.settings = settings
         self.class_latency = class_latency
+        self.latency = latency  # read by `route: fastest`; None: its priors
+        self.preferred: dict[tuple[str, str], str] = {}  # (rule, class) -> the pool best by the mean
+        self.log = structlog.get_logger("specgate.routing")
         self.keys = keys or ClientKeys({})
         self.runtime = runtime
+        self.load = DecisionLoad(runtime)
         self.flags = flags
         self.metrics = metrics
         self.rng = rng or random.Random()
         self.recorder = Recorder(metrics, runtime, class_latency)
-        self.forwarder = Forwarder(on_error=self.recorder.error, on_retry=self.recorder.retry)
+        self.forwarder = Forwarder(on_error=self.recorder.error, on_retry=self.recorder.retry,
+                                   waits=QueueMetrics(metrics.registry))
 
     def route(self, body: Mapping[str, Any], endpoint: str, headers: Mapping[str, str]) -> Routed:
         """The decision for a parsed body, without sending anything anywhere."""
         policy = self.runtime.policy
-        return route(body, endpoint, policy, self.runtime.load(), self.flags.snapshot(),
-                     Overrides.from_headers(headers, policy), self.rng.random())
+        return route(body, endpoint, policy, self.load(), self.flags.snapshot(),
+                     Overrides.from_headers(headers, policy), self.rng.random(), self.latency, self.rng)
 
     async def chat(self, request: Request) -> ASGIApp:
         return await self._generate(request, "chat", "/v1/chat/completions")
@@ -92,12 +102,15 @@ class ProxyEndpoints:
         routed = self.route(body, endpoint, request.headers)
         decision, features = routed.decision, routed.features
         check_limits(body, Limits(n=self.settings.max_n, max_tokens=self._max_tokens(decision.pool)))
-        chain, degraded = self._chain(decision.pool, grant)
+        self._count(decision)
+        # No await from the decision to the lease: the next decision counts this one (see load_view).
+        chain, degraded = self._chain(decision.pool, grant, decision.chain)
         outgoing = Outgoing("POST", path, raw, self._forwarded(request), body=body, stream=features.stream,
-                            drop_client_key=self.keys.enabled)
+                            drop_client_key=self.keys.enabled,
+                            hide_usage=usage_hidden(body, features.stream, features.n))
         return self._relay(Exchange(chain, outgoing, request.state.request_id, decision.rule, started,
                                     self.forwarder, self.recorder, degraded=degraded,
-                                    traffic=self._traffic_class(features)))
+                                    traffic=self._traffic_class(features), measured=True, load=features.load))
 
     async def passthrough(self, request: Request) -> ASGIApp:
         """Any other /v1/* path goes to the policy's default pool as it is."""
@@ -128,11 +141,26 @@ class ProxyEndpoints:
             return None
         return self.keys.authenticate(request.headers.get("authorization"), request.headers.get("x-api-key"))
 
-    def _chain(self, name: str, grant: Grant | None = None) -> tuple[list[Upstream], bool]:
-        """`name` and its fallback chain, in the order they are tried. A key limited
-        to some pools only ever reaches those. Degraded (each pool's least-bad
-        endpoint will do) when no pool of the chain has an endpoint available."""
-        names: Sequence[str] = self.runtime.policy.fallback_chain(name)
+    def _count(self, decision: Decision) -> None:
+        """The decision's metrics, and a log line when a class's preferred pool changes."""
+        self.metrics.route_decisions.labels(decision.pool, decision.rule, str(decision.explored).lower()).inc()
+        found = decision.fastest
+        if found is None:
+            return
+        self.metrics.predicted_e2e.labels(found.pool).observe(found.chosen.predicted.e2e_s)
+        before = self.preferred.get((decision.rule, found.traffic))
+        if before != found.best:
+            self.preferred[(decision.rule, found.traffic)] = found.best
+            if before is not None:
+                self.log.info("preferred_pool_changed", rule=decision.rule, traffic_class=found.traffic,
+                              before=before, after=found.best,
+                              predicted_e2e={e.pool: round(e.predicted.e2e_s, 4) for e in found.estimates})
+
+    def _chain(self, name: str, grant: Grant | None = None, order: Sequence[str] = ()) -> tuple[list[Upstream], bool]:
+        """`order`, else `name` and its fallback chain: the pools in the order they are
+        tried. A key limited to some pools only ever reaches those. Degraded (each
+        pool's least-bad endpoint will do) when no pool of the chain has an endpoint available."""
+        names: Sequence[str] = order or self.runtime.policy.fallback_chain(name)
         if grant is not None:
             names = [n for n in names if grant.allows(n)] or [n for n in self.runtime.pools if grant.allows(n)]
             if not names:
@@ -166,11 +194,9 @@ class ProxyEndpoints:
                                                        self.settings.write_timeout_s))
 
     def _traffic_class(self, features: Features) -> str | None:
-        """The class a streamed answer's token timing is kept under; None when
-        not measured (no stream, or a domain the policy does not define)."""
+        """The class the answer's measurement is kept under; None for a domain
+        the policy does not define."""
         spec = self.runtime.policy.spec
-        if self.class_latency is None or not features.stream or not spec.guard.classes.enabled:
-            return None
         if features.domain != spec.default_domain and features.domain not in spec.domains:
             return None  # an x-specgate-domain header value: unbounded, not kept
         return traffic_class(features.domain, features.temperature)

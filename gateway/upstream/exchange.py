@@ -1,10 +1,12 @@
 """One request's exchange with the upstreams, from the first lease to the log line.
 
 The edge builds an `Exchange` from plain data (the chain to try, the request
-to send, its id, rule, arrival time and traffic class); the relay calls
+to send, its id, rule, arrival time, traffic class and the pools' load when
+it was routed); the relay calls
 `open()`, relays the answer, and calls `finish(outcome)` once. The exchange
-owns the request's `Claim` (its lease and response), meters a streamed
-answer, and reports everything through a `Recorder`.
+owns the request's `Claim` (its lease and response), measures a generation's
+answer in output tokens (a `Measurement`), and reports everything through a
+`Recorder`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +24,7 @@ import structlog
 from gateway.decide.traffic import ClassLatency
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
-from gateway.upstream.meter import TokenMeter
+from gateway.upstream.meter import Measurement, TokenMeter, UsageTap, completion_tokens
 from gateway.upstream.pools import Pool
 from gateway.upstream.proxy import Claim, Forwarder, Opened, Outbound
 from gateway.upstream.runtime import Runtime
@@ -30,6 +32,16 @@ from gateway.upstream.upstream import Upstream
 
 CLIENT_KEY_HEADERS = frozenset({"authorization", "x-api-key"})
 SSE = "text/event-stream"
+Sink = Callable[[Measurement], None]
+
+
+def usage_hidden(body: Mapping[str, Any], stream: bool, choices: int) -> bool:
+    """Whether the gateway must ask the pool for a usage chunk the client did
+    not ask for: a stream of one choice with no `stream_options.include_usage`.
+    Options the pool would refuse are left for it to refuse."""
+    options = body.get("stream_options")
+    return stream and choices == 1 and (options is None or (isinstance(options, dict)
+                                                           and not options.get("include_usage")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +54,21 @@ class Outgoing:
     body: dict[str, Any] | None = None  # the parsed JSON body, whose model a pool may rename
     stream: bool = False
     drop_client_key: bool = False  # the gateway checks keys: the client's own is never sent on
+    hide_usage: bool = False  # ask the pool for a usage chunk the client does not get (see usage_hidden)
 
     def to(self, pool: Pool, started: float) -> Outbound:
         content = self.content
-        if self.body is not None and pool.spec.model and self.body.get("model") != pool.spec.model:
-            content = json.dumps({**self.body, "model": pool.spec.model}, separators=(",", ":")).encode()
+        if self.body is not None:
+            changes: dict[str, Any] = {}
+            if pool.spec.model and self.body.get("model") != pool.spec.model:
+                changes["model"] = pool.spec.model
+            if self.hide_usage:
+                # the usage of every chunk (continuous_usage_stats) would show: only the last chunk's is asked
+                options = {k: v for k, v in (self.body.get("stream_options") or {}).items()
+                           if k != "continuous_usage_stats"}
+                changes["stream_options"] = {**options, "include_usage": True}
+            if changes:
+                content = json.dumps({**self.body, **changes}, separators=(",", ":")).encode()
         timeouts = pool.spec.timeouts
         # total_s counts from the request's arrival and covers the whole answer
         deadline = asyncio.get_running_loop().time() + timeouts.total_s - (time.perf_counter() - started)
@@ -85,13 +107,15 @@ class Outcome:
 
 class Recorder:
     """Where exchanges leave their numbers: the metrics, the request log, and
-    the time per output token by traffic class (for the guard)."""
+    each answered generation's `Measurement`, handed to every sink (the time
+    per output token by traffic class, for the guard, is one)."""
 
     def __init__(self, metrics: GatewayMetrics, runtime: Runtime,
                  class_latency: ClassLatency | None = None) -> None:
         self.metrics = metrics
         self.runtime = runtime
         self.class_latency = class_latency
+        self.sinks: list[Sink] = [] if class_latency is None else [self._class_timing]
         self.log = structlog.get_logger("specgate.request")
 
     def overhead(self, seconds: float) -> None:
@@ -112,10 +136,18 @@ class Recorder:
     def retry(self, pool: Pool) -> None:
         self.metrics.retries.labels(pool.name).inc()
 
-    def tpot(self, traffic: str, pool: Pool, meter: TokenMeter) -> None:
-        seconds = meter.time_per_token()
-        if seconds is not None and self.class_latency is not None and pool.name in self.runtime.pools:
-            self.class_latency.record(traffic, pool.name, seconds)
+    def measured(self, measurement: Measurement) -> None:
+        for sink in self.sinks:
+            sink(measurement)
+
+    def _class_timing(self, measurement: Measurement) -> None:
+        """While the guard compares classes, and only for pools of the current
+        policy (a retired pool's windows would never be read)."""
+        seconds, traffic = measurement.tpot_s, measurement.traffic_class
+        if (seconds is None or traffic is None or self.class_latency is None
+                or not self.runtime.policy.spec.guard.classes.enabled or measurement.pool not in self.runtime.pools):
+            return
+        self.class_latency.record(traffic, measurement.pool, seconds)
 
 
 @dataclass(eq=False)
@@ -128,9 +160,13 @@ class Exchange:
     forwarder: Forwarder
     recorder: Recorder
     degraded: bool = False  # no pool of the chain has an endpoint available: least-bad will do
-    traffic: str | None = None  # the class a streamed answer's token timing is kept under
+    traffic: str | None = None  # the class the answer's measurement is kept under
+    measured: bool = False  # a generation: its answer is measured in output tokens
+    load: Mapping[str, int] = field(default_factory=dict)  # each pool's load when the request was routed
     claim: Claim = field(init=False)
     meter: TokenMeter | None = field(default=None, init=False)
+    tap: UsageTap | None = field(default=None, init=False)  # a streamed answer's events pass through it
+    body_tokens: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.claim = Claim(self.recorder.lease)
@@ -140,10 +176,16 @@ class Exchange:
         self.recorder.overhead(time.perf_counter() - self.started)
         opened = await self.forwarder.open_first(self.chain, self._outbound, self.claim, self.degraded)
         stream = opened.response.stream
-        if (self.traffic is not None and isinstance(stream, httpx.AsyncByteStream)
+        if (self.measured and isinstance(stream, httpx.AsyncByteStream)
                 and opened.response.headers.get("content-type", "").startswith(SSE)):
             opened.response.stream = self.meter = TokenMeter(stream)
+            self.tap = UsageTap(hidden=self.request.hide_usage)
         return opened
+
+    def read_body(self, content: bytes) -> None:
+        """A whole answer's body, as the relay read it: its usage block counts the tokens."""
+        if self.measured:
+            self.body_tokens = completion_tokens(content)
 
     def headers(self) -> dict[str, str]:
         """The gateway's own response headers: they name the pool the claim ended on."""
@@ -176,10 +218,23 @@ class Exchange:
             if outcome.error is not None:
                 self.recorder.error(pool, "stream_cut")
             fields.update(endpoint=opened.lease.endpoint.url, ttfb=round(opened.ttfb_s, 6))
-            if self.traffic is not None and self.meter is not None and outcome.ok:
-                self.recorder.tpot(self.traffic, pool, self.meter)
+            measurement = self._measurement(pool, duration) if outcome.ok and opened.response.is_success else None
+            if measurement is not None:
+                fields["tokens"] = measurement.tokens
+                self.recorder.measured(measurement)
         if outcome.error is not None:
             fields["error"] = outcome.error.code or outcome.error.error_type
         elif outcome.stalled:
             fields["error"] = "client_stalled"
         self.recorder.log.info("request", **fields)
+
+    def _measurement(self, pool: Pool, duration: float) -> Measurement | None:
+        """What the answer tells of `pool`; None when it was not measured."""
+        load = self.load.get(pool.name, 0)
+        if self.meter is not None and self.meter.events:
+            usage = None if self.tap is None else self.tap.tokens()
+            tokens = self.meter.tokens() if usage is None else usage  # a pool that sent no usage: its events
+            return Measurement.of_stream(pool.name, self.traffic, load, self.meter, self.started, tokens)
+        if self.body_tokens is None:
+            return None
+        return Measurement(pool.name, self.traffic, load, duration, self.body_tokens, streamed=False)

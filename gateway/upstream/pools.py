@@ -9,6 +9,12 @@ ejects it again for twice as long, and a neutral release (the client left
 before the answer began: nothing was learnt) lets the next request try. If
 nothing in a pool is available the caller may ask for the least-bad
 endpoint instead of failing everything.
+
+A pool whose endpoints are merely full (at their in-flight limit, healthy)
+raises `AtCapacity`, not `NoHealthyBackend`: the request may wait in the
+pool's `WaitQueue` (see queue.py) for a lease to come back. While anyone
+waits, or a wake-up is on its way to a waiter, a newcomer does not take the
+slot: it queues behind them.
 """
 
 from __future__ import annotations
@@ -22,7 +28,10 @@ from dataclasses import dataclass, field
 import httpx
 
 from gateway.decide.policy import PoolSpec
-from gateway.errors import NoHealthyBackend
+from gateway.errors import AtCapacity, NoHealthyBackend
+from gateway.upstream.queue import WaitQueue
+
+UNLIMITED = 1 << 30  # the room of an endpoint without an in-flight limit
 
 
 @dataclass(eq=False)
@@ -55,11 +64,22 @@ class Endpoint:
         return self.max_in_flight is not None and self.outstanding >= self.max_in_flight
 
     def available(self, now: float) -> bool:
-        if not self.healthy or self.full():
+        return self.usable(now) and not self.full()
+
+    def usable(self, now: float) -> bool:
+        """Would take a request if it had room: healthy, and not ejected (or
+        its back-off is over and no half-open trial is out)."""
+        if not self.healthy:
             return False
-        if not self.ejected():
-            return True
-        return now >= self.ejected_until and not self.trial_in_flight
+        return not self.ejected() or (now >= self.ejected_until and not self.trial_in_flight)
+
+    def room(self, now: float) -> int:
+        """How many more requests it takes now: one while half-open."""
+        if not self.available(now):
+            return 0
+        if self.ejected():
+            return 1
+        return UNLIMITED if self.max_in_flight is None else self.max_in_flight - self.outstanding
 
 
 @dataclass(eq=False)
@@ -89,6 +109,7 @@ class Pool:
                           for e in spec.endpoints]
         self.in_flight = 0  # requests this gateway has open on the pool
         self.on_health_change: Callable[[Endpoint], None] = lambda endpoint: None
+        self.queue = WaitQueue(name, *queue_limits(spec), free=self.free)
 
     @property
     def kind(self) -> str:
@@ -98,13 +119,22 @@ class Pool:
         now = self.clock()
         return any(e.available(now) for e in self.endpoints)
 
-    def acquire(self, exclude: Iterable[Endpoint] = (), degraded: bool = False) -> Lease:
-        """Lease an endpoint; `degraded` allows the least-bad one when none is available."""
+    def free(self) -> int:
+        """Requests the pool takes now, over all its endpoints."""
+        now = self.clock()
+        return sum(e.room(now) for e in self.endpoints)
+
+    def acquire(self, exclude: Iterable[Endpoint] = (), degraded: bool = False, admitted: bool = False) -> Lease:
+        """Lease an endpoint; `degraded` allows the least-bad one when none is
+        available and none is merely full. `admitted`: the request may pass
+        the pool's waiters (it holds a wake-up, or is retrying its own attempt)."""
         skip = set(exclude)
         now = self.clock()
         candidates = [e for e in self.endpoints if e not in skip and e.available(now)]
-        if candidates:
+        if candidates and (admitted or not self._queued_ahead()):
             endpoint = self._two_choices(candidates)
+        elif any(e.usable(now) for e in self.endpoints if e not in skip):
+            raise AtCapacity(f"pool '{self.name}' is at its in-flight limit")
         elif degraded:
             endpoint = self._least_bad([e for e in self.endpoints if e not in skip and not e.full()])
         else:
@@ -116,6 +146,20 @@ class Pool:
         self.in_flight += 1
         return Lease(self, endpoint, trial)
 
+    def _queued_ahead(self) -> bool:
+        """Whether waiters (or wake-ups on their way) have every free slot."""
+        if not self.queue.busy():
+            return False
+        self.queue.wake()  # slots may have come back without a release (a back-off ended)
+        return self.free() <= self.queue.handed
+
+    def _capacity_lost(self) -> None:
+        """No endpoint would take a request any more, however long one waits
+        for a slot: the waiters walk their chains again and fail fast."""
+        now = self.clock()
+        if self.queue.waiting and not any(e.usable(now) for e in self.endpoints):
+            self.queue.flush()
+
     def release(self, lease: Lease, ok: bool | None) -> None:
         endpoint = lease.endpoint
         endpoint.outstanding -= 1
@@ -126,11 +170,17 @@ class Pool:
             self._succeeded(endpoint)
         elif ok is False:
             self._failed(endpoint)
+        if self.queue.waiting:
+            self.queue.wake()
 
     def set_health(self, endpoint: Endpoint, healthy: bool) -> None:
         if endpoint.healthy != healthy:
             endpoint.healthy = healthy
             self.on_health_change(endpoint)
+            if healthy and self.queue.waiting:
+                self.queue.wake()
+            elif not healthy:
+                self._capacity_lost()
 
     def _succeeded(self, endpoint: Endpoint) -> None:
         was_ejected = endpoint.ejected()
@@ -150,6 +200,7 @@ class Pool:
             endpoint.ejected_until = self.clock() + endpoint.backoff_s
             if not was_ejected:
                 self.on_health_change(endpoint)
+                self._capacity_lost()
 
     def _two_choices(self, candidates: list[Endpoint]) -> Endpoint:
         if len(candidates) == 1:
@@ -162,6 +213,20 @@ class Pool:
         if not endpoints:
             raise NoHealthyBackend(f"pool '{self.name}' is at its in-flight limit")
         return min(endpoints, key=lambda e: (not e.healthy, e.ejected_until, e.failures, e.outstanding))
+
+
+def queue_limits(spec: PoolSpec) -> tuple[int, float]:
+    """The pool's queue bound and longest wait. Unset, the bound is 4 x the
+    pool's in-flight limit and at least 256, so a burst of a few hundred
+    waits here instead of failing (vLLM itself queues without bound: only
+    its running batch is bounded); and the wait is first_byte_s or 30 s,
+    whichever is smaller."""
+    q = spec.queue
+    limits = [e.max_in_flight or spec.max_in_flight for e in spec.endpoints]
+    capacity = sum(limit for limit in limits if limit is not None)
+    max_waiting = q.max_waiting if q.max_waiting is not None else max(4 * capacity, 256)
+    max_wait_s = q.max_wait_s if q.max_wait_s is not None else min(spec.timeouts.first_byte_s, 30.0)
+    return max_waiting, max_wait_s
 
 
 class HealthMonitor:

@@ -7,7 +7,10 @@ retried on another endpoint while attempts and the pool's retry budget last.
 `Forwarder.open_first` walks a pool's fallback chain: a pool that cannot take
 the request (no endpoint free, unreachable, 429/502/503 after its retries)
 hands it to the next. Nothing is retried once a byte has gone to the client
-(see relay.py).
+(see relay.py). When the pools that could take it are all merely full (at
+their in-flight limit, not unhealthy), the request waits for a slot in their
+queues (queue.py) up to the routed pool's `queue.max_wait_s`, then is answered
+503 with Retry-After; so is a request that finds those queues full.
 
 Every lease is taken through the request's `Claim`, the one owner of what the
 request holds upstream (a lease, a response): giving the claim back returns
@@ -16,6 +19,8 @@ them whatever raised on the way.
 
 from __future__ import annotations
 
+import asyncio
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -23,9 +28,11 @@ from dataclasses import dataclass
 
 import httpx
 
-from gateway.errors import InvalidRequest, NoHealthyBackend, UpstreamUnreachable
+from gateway.errors import AtCapacity, InvalidRequest, NoHealthyBackend, UpstreamUnreachable
 from gateway.upstream.failures import HEADER_TIMEOUTS, BeforeHeaders, upstream_error
 from gateway.upstream.pools import Endpoint, Lease, Pool
+from gateway.upstream.queue import Ticket, WaitQueue, wait
+from gateway.upstream.queue_metrics import QueueMetrics
 from gateway.upstream.upstream import Upstream
 
 HOP_BY_HOP = frozenset({
@@ -102,10 +109,10 @@ class Claim:
         self.pool: Pool | None = None
         self.fallback: str | None = None
 
-    def take(self, pool: Pool, exclude: Iterable[Endpoint], degraded: bool) -> Lease:
+    def take(self, pool: Pool, exclude: Iterable[Endpoint], degraded: bool, admitted: bool = False) -> Lease:
         if self.lease is not None:
             raise RuntimeError("a claim holds one lease at a time: give it back first")
-        lease = self.lease = pool.acquire(exclude=exclude, degraded=degraded)
+        lease = self.lease = pool.acquire(exclude=exclude, degraded=degraded, admitted=admitted)
         self.on_lease(pool, 1)
         return lease
 
@@ -121,6 +128,15 @@ class Claim:
                     lease.release(ok)
                 finally:
                     self.on_lease(lease.pool, -1)
+
+
+class ChainFull(Exception):
+    """Inside the forwarder, never answered: a walk found no pool to take the
+    request and some of them only full. `queues` are those pools' queues."""
+
+    def __init__(self, queues: list[WaitQueue]) -> None:
+        super().__init__("every pool of the chain that could take the request is full")
+        self.queues = queues
 
 
 @dataclass(frozen=True)
@@ -145,21 +161,40 @@ class Forwarder:
     """Opens a request on a chain of upstreams; `on_error(pool, kind)` and
     `on_retry(pool)` count what happened on the way."""
 
-    def __init__(self, on_error: Callable[[Pool, str], None], on_retry: Callable[[Pool], None]) -> None:
+    def __init__(self, on_error: Callable[[Pool, str], None], on_retry: Callable[[Pool], None],
+                 waits: QueueMetrics | None = None) -> None:
         self.on_error = on_error
         self.on_retry = on_retry
+        self.waits = waits or QueueMetrics()
 
     async def open_first(self, chain: Sequence[Upstream], outbound: Callable[[Pool], Outbound],
                          claim: Claim, degraded: bool = False) -> Opened:
         """Open on the first of `chain` (a pool, then its fallback chain) that takes
-        the request; the last one's answer or error stands. Nothing has reached
-        the client yet, so moving on costs it nothing."""
+        the request; the last one's answer stands, and so does its error
+        unless a pool of the chain was only full: then the request waits
+        for a slot."""
+        try:
+            return await self._walk(chain, outbound, claim, degraded)
+        except ChainFull as full:
+            return await self._queued(chain, outbound, claim, degraded, full)
+
+    async def _walk(self, chain: Sequence[Upstream], outbound: Callable[[Pool], Outbound], claim: Claim,
+                    degraded: bool, ticket: Ticket | None = None) -> Opened:
+        """One walk down the chain. Nothing has reached the client yet, so
+        moving on costs it nothing. `ticket`: a wake-up from one pool's queue."""
+        full: list[WaitQueue] = []
         for i, upstream in enumerate(chain):
             last = i == len(chain) - 1
+            pool = upstream.pool
+            mine = ticket if ticket is not None and ticket.queue is pool.queue else None
             try:
-                opened = await self.open(upstream, outbound(upstream.pool), claim, degraded=degraded)
+                opened = await self.open(upstream, outbound(pool), claim, degraded=degraded, ticket=mine)
             except (NoHealthyBackend, UpstreamUnreachable) as exc:
+                if isinstance(exc, AtCapacity):
+                    full.append(pool.queue)
                 if last:
+                    if full:
+                        raise ChainFull(full) from None
                     raise
                 claim.fallback = claim.fallback or _why(exc)
                 continue
@@ -167,12 +202,63 @@ class Forwarder:
             if last or status not in FALLBACK_STATUSES:
                 return opened
             await claim.give_back(ok=status == 429)  # busy is not broken
-            self.on_error(upstream.pool, f"status_{status}")
+            self.on_error(pool, f"status_{status}")
             claim.fallback = claim.fallback or f"status_{status}"
         raise NoHealthyBackend("no pool to send the request to")
 
+    async def _queued(self, chain: Sequence[Upstream], outbound: Callable[[Pool], Outbound], claim: Claim,
+                      degraded: bool, full: ChainFull) -> Opened:
+        """Wait in the full pools' queues, then walk the chain again; a waiter
+        woken that finds no slot after all waits again, first in line."""
+        routed = chain[0].pool
+        limits = routed.queue
+        now = asyncio.get_running_loop().time()
+        deadline = min(now + limits.max_wait_s, outbound(routed).deadline or math.inf)
+        outcome, waited_since, woken = "failed", None, False
+        try:
+            while True:
+                queues = [q for q in full.queues if q.has_room()]
+                if not queues:
+                    outcome = "full"
+                    raise AtCapacity(f"pool '{routed.name}' and its fallbacks are at their in-flight limit "
+                                     "and their queues are full: retry later", retry_after_s=_after(limits))
+                waited_since = waited_since or now
+                ticket = await self._wait(queues, deadline, woken)
+                if ticket is None:
+                    outcome = "timeout"
+                    raise AtCapacity(f"no slot came free on pool '{routed.name}' or its fallbacks within "
+                                     f"{deadline - waited_since:.3g} s: retry later", retry_after_s=_after(limits))
+                try:
+                    opened = await self._walk(chain, outbound, claim, degraded, ticket)
+                except ChainFull as again:
+                    full, woken = again, True
+                    continue
+                finally:
+                    ticket.redeem()
+                outcome = "served"
+                return opened
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            seconds = None if waited_since is None else asyncio.get_running_loop().time() - waited_since
+            self.waits.waited(routed.name, outcome, seconds)
+
+    async def _wait(self, queues: list[WaitQueue], deadline: float, first: bool) -> Ticket | None:
+        """`wait`, with the waiting gauge of the queues it joins kept up."""
+        try:
+            for queue in queues:
+                self.waits.waiting(queue.pool, queue.waiting + 1)
+            return await wait(queues, deadline, first)
+        finally:
+            for queue in queues:
+                self.waits.waiting(queue.pool, queue.waiting)
+
     async def open(self, upstream: Upstream, outbound: Outbound, claim: Claim, *,
-                   degraded: bool = False) -> Opened:
+                   degraded: bool = False, ticket: Ticket | None = None) -> Opened:
+        """Open on one pool, retrying on its other endpoints. With a `ticket`
+        the first attempt may pass the pool's waiters; a retry always may
+        (the request gave its own slot back)."""
         pool = claim.pool = upstream.pool
         t = pool.spec.timeouts
         # The transport applies "read" to the wait for headers and to every later read:
@@ -182,7 +268,11 @@ class Forwarder:
         tried: list[Endpoint] = []
         started = time.perf_counter()
         while True:
-            lease = claim.take(pool, exclude=tried, degraded=degraded)
+            try:
+                lease = claim.take(pool, exclude=tried, degraded=degraded, admitted=ticket is not None or bool(tried))
+            finally:
+                if ticket is not None:
+                    ticket.redeem()
             if not tried:
                 upstream.budget.deposit()
             tried.append(lease.endpoint)
@@ -233,3 +323,9 @@ def _request(outbound: Outbound, endpoint: Endpoint, timeouts: dict[str, float])
 
 def _why(exc: NoHealthyBackend | UpstreamUnreachable) -> str:
     return "unreachable" if isinstance(exc, UpstreamUnreachable) else "no_capacity"
+
+
+def _after(queue: WaitQueue) -> int:
+    """Retry-After for a request the queue could not hold: the longest wait it
+    gives, so a retry finds the queue turned over."""
+    return max(1, math.ceil(queue.max_wait_s))

@@ -26,7 +26,7 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway.errors import GatewayError
 from gateway.upstream.exchange import SSE, Exchange, Outcome
 from gateway.upstream.failures import upstream_error
-from gateway.upstream.meter import DONE
+from gateway.upstream.meter import DONE, UsageTap
 from gateway.upstream.proxy import Opened, response_headers
 from gateway.upstream.upstream import Upstream
 
@@ -175,6 +175,7 @@ class Relay:
             outcome.status, outcome.error = error.status_code, error
             await _send_envelope(send, error, self.exchange.headers())
             return
+        self.exchange.read_body(content)
         headers = response_headers(response.headers, self.exchange.headers())
         headers.append((b"content-length", str(len(content)).encode()))
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
@@ -186,7 +187,7 @@ class Relay:
         await send({"type": "http.response.start", "status": response.status_code,
                     "headers": response_headers(response.headers, self.exchange.headers())})
         chunks = response.aiter_raw()
-        events = _EventSplitter()
+        events = _EventSplitter(self.exchange.tap)
         try:  # the transport holds every read to the request's deadline
             first = await self._first_chunk(chunks, send)
             if first:
@@ -197,7 +198,7 @@ class Relay:
             # Only whole events went out, so the error event is one the client can parse.
             error = upstream_error(exc)
             outcome.status, outcome.error = error.status_code, error
-            payload = b"data: " + json.dumps(error.body()).encode() + b"\n\n"
+            payload = events.held() + b"data: " + json.dumps(error.body()).encode() + b"\n\n"
             await send({"type": "http.response.body", "body": payload, "more_body": False})
             return
         await send({"type": "http.response.body", "body": events.rest(), "more_body": False})
@@ -260,12 +261,14 @@ class _Keepalive:
 class _EventSplitter:
     """Passes on whole server-sent events as soon as they are complete and keeps
     a trailing partial event back, so a stream that breaks never leaves the
-    client half an event (which it could not parse)."""
+    client half an event (which it could not parse). Whole events go through
+    the exchange's `UsageTap` when it has one."""
 
     MAX_PENDING = 1 << 20  # an "event" this large is not SSE: pass it on as it is
 
-    def __init__(self) -> None:
+    def __init__(self, tap: UsageTap | None = None) -> None:
         self.pending = b""
+        self.tap = tap
 
     def feed(self, chunk: bytes) -> bytes:
         data = self.pending + chunk if self.pending else chunk
@@ -277,11 +280,16 @@ class _EventSplitter:
                 return b""
             end = len(data)
         self.pending = data[end:]
-        return data[:end]
+        return data[:end] if self.tap is None else self.tap.feed(data[:end])
 
     def rest(self) -> bytes:
+        """The end of the stream: what is left, whole or not."""
         rest, self.pending = self.pending, b""
-        return rest
+        return rest if self.tap is None else self.tap.feed(rest) + self.tap.flush()
+
+    def held(self) -> bytes:
+        """The whole events the tap still holds, for a stream that broke (the partial one is dropped)."""
+        return b"" if self.tap is None else self.tap.flush()
 
 
 def _abort_client(scope: Scope) -> None:

@@ -49,10 +49,12 @@ class Runtime:
         return [self.upstreams[name] for name in names]
 
     def load(self) -> Mapping[str, int]:
-        """Each pool's load: the larger of this gateway's in-flight count and the
-        backends' running + waiting as last reported."""
+        """Each pool's load: the larger of this gateway's count (in flight, and
+        waiting in the pool's queue for a slot) and the backends' running +
+        waiting as last reported."""
         reported = self.reported.snapshot()
-        return {name: max(pool.in_flight, reported.get(name, 0)) for name, pool in self.pools.items()}
+        return {name: max(pool.in_flight + pool.queue.waiting, reported.get(name, 0))
+                for name, pool in self.pools.items()}
 
     async def aclose(self) -> None:
         retiring = list(self._retiring.values())
@@ -74,7 +76,7 @@ class Runtime:
     async def _close_when_idle(upstream: Upstream) -> None:
         deadline = upstream.pool.spec.timeouts.total_s
         waited = 0.0
-        while upstream.pool.in_flight and waited < deadline:
+        while (upstream.pool.in_flight or upstream.pool.queue.busy()) and waited < deadline:
             await asyncio.sleep(0.5)
             waited += 0.5
         await upstream.aclose()

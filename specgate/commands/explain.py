@@ -1,5 +1,9 @@
 """Print the routing decision for a request body as JSON, sending nothing upstream.
 
+A `route: fastest` decision shows each candidate's predicted TTFT, TPOT and
+E2E with its uncertainty and samples; here the latency model has measured
+nothing, so those are its priors (a running gateway's are at POST /admin/explain).
+
 Example: specgate explain --policy policies/default.yaml request.json --load speculative=9
 """
 
@@ -25,9 +29,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="requests in flight on a pool (repeatable)")
     parser.add_argument("--endpoint", choices=["chat", "completions"],
                         help="API the body is for (default: chat when it has messages)")
+    parser.add_argument("--seed", type=int,
+                        help="draw the Thompson samples with this seed (default: choose by the predicted mean)")
 
 
 def run(args: argparse.Namespace) -> int:
+    import random
+
     from gateway.decide.features import parse_json_body
     from gateway.decide.policy import PolicyError, load_policy
     from gateway.decide.routing import route
@@ -50,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
         endpoint = args.endpoint or ("chat" if "messages" in body else "completions")
         load = {name: 0 for name in policy.pools} | dict(args.load)
         flags = FlagStore(policy.speculative_pools).snapshot()
-        routed = route(body, endpoint, policy, load, flags)
+        rng = None if args.seed is None else random.Random(args.seed)
+        routed = route(body, endpoint, policy, load, flags, rng=rng)
     except GatewayError as exc:
         print(f"{args.request}: {exc.message}", file=sys.stderr)
         return 1

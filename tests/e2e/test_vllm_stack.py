@@ -101,12 +101,28 @@ def test_greedy_stream_is_speculative_and_equals_the_standard_pool(stack):
     assert spec_draft_tokens(ports) > before  # the speculative server really drafted
 
 
-def test_hot_sampling_goes_to_the_standard_pool(stack):
-    raw = client(stack).chat.completions.with_raw_response.create(
-        model="smollm2", messages=PROMPT, temperature=1.5, max_tokens=32)
-    assert raw.headers["x-specgate-pool"] == "standard"
-    assert raw.headers["x-specgate-rule"] == "hot-sampling"
-    assert raw.parse().choices[0].message.content is not None
+def test_the_fastest_route_learns_from_a_real_stream(stack):
+    """The default policy routes by predicted speed: a streamed answer from a real
+    vLLM server is measured and lands in the latency model of the pool that served it."""
+    with client(stack).chat.completions.with_streaming_response.create(
+            model="smollm2", messages=PROMPT, temperature=1.5, max_tokens=32, stream=True) as raw:
+        served = raw.headers["x-specgate-pool"]
+        assert raw.headers["x-specgate-rule"] == "default"
+        assert "".join(chunk.choices[0].delta.content or "" for chunk in raw.parse() if chunk.choices)
+    assert served in ("speculative", "standard")
+
+    def learned() -> list[dict]:
+        state = httpx.get(base_url(stack) + "/admin/latency", headers={"authorization": f"Bearer {ADMIN}"},
+                          timeout=10).json()
+        return [pair for pair in state["pairs"] if pair["pool"] == served]
+
+    pairs = learned()
+    for _ in range(100):  # the record is written when the exchange finishes, just after the last event
+        if pairs:
+            break
+        time.sleep(0.05)
+        pairs = learned()
+    assert pairs, f"no latency sample for the pool that served ({served})"
 
 
 def test_guard_reads_a_real_acceptance_rate(stack):

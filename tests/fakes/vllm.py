@@ -46,14 +46,16 @@ Kind = Literal["speculative", "standard"]
 
 @dataclass(frozen=True)
 class Script:
-    """How the fake answers: `text` cut into `chunks` pieces of one token
-    each, `delay` seconds before each piece. `max_tokens` below `chunks`
+    """How the fake answers: `text` cut into `chunks` pieces of `tokens`
+    tokens each (more than one: a speculative step's accepted tokens, sent in
+    one event), `delay` seconds before each piece. `max_tokens` below `chunks`
     truncates the answer with finish_reason "length"."""
 
     text: str = "Hello from the fake vLLM server."
     chunks: int = 4
     delay: float = 0.0
     finish_reason: str = "stop"
+    tokens: int = 1
 
     def pieces(self) -> list[str]:
         """`text` in `chunks` pieces, cut between words when there are enough."""
@@ -96,7 +98,7 @@ class FakeGenerator:
                 if script.delay:
                     await asyncio.sleep(script.delay)
                 last = index == len(pieces) - 1
-                yield Delta(piece, finish_reason=finish if last else None)
+                yield Delta(piece, tokens=script.tokens, finish_reason=finish if last else None)
                 sent += 1
                 fake.after_chunk(sent)
                 if not last:
@@ -192,6 +194,7 @@ class FakeVllm:
         chunks: int | None = None,
         delay: float | None = None,
         finish_reason: str | None = None,
+        tokens: int | None = None,
     ) -> Script:
         """Change how later requests are answered; omitted fields are kept."""
         current = self.current_script
@@ -200,6 +203,7 @@ class FakeVllm:
             chunks=current.chunks if chunks is None else chunks,
             delay=current.delay if delay is None else delay,
             finish_reason=current.finish_reason if finish_reason is None else finish_reason,
+            tokens=current.tokens if tokens is None else tokens,
         )
         return self.current_script
 

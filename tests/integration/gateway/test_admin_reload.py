@@ -106,10 +106,13 @@ def test_explain_command(tmp_path):
                                    "temperature": 0, "max_tokens": 300, "stream": True}))
     cli = [sys.executable, "-m", "specgate.cli", "explain", "--policy", str(ROOT / "policies" / "default.yaml")]
     calm = json.loads(subprocess.run([*cli, str(request)], capture_output=True, text=True, check=True).stdout)
-    busy = json.loads(subprocess.run([*cli, str(request), "--load", "speculative=9"],
+    busy = json.loads(subprocess.run([*cli, str(request), "--load", "speculative=100", "--seed", "1"],
                                      capture_output=True, text=True, check=True).stdout)
     assert (calm["pool"], calm["rule"], calm["features"]["domain"]) == ("speculative", "default", "code")
-    assert (busy["pool"], busy["rule"]) == ("standard", "busy")
+    # no busy threshold any more: the priors' speculative TPOT passes the standard one's past load 64
+    assert (busy["pool"], busy["rule"], busy["fastest"]["preferred"]) == ("standard", "default", "standard")
+    assert [c["pool"] for c in calm["fastest"]["candidates"]] == ["speculative", "standard"]
+    assert all(c["samples"] == 0 for c in calm["fastest"]["candidates"]), "nothing measured: the priors"
 
 
 def test_sighup_reloads_a_running_gateway(tmp_path, spec_fake, std_fake):

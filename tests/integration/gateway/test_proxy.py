@@ -248,8 +248,8 @@ def test_unhealthy_speculative_pool_falls_back_to_its_fallback(gateway, spec_fak
     spec_fake.set_healthy(True)
 
 
-def test_no_capacity_is_503_with_retry_after(start_gateway, std_fake):
-    gw = start_gateway({**policy_dict([std_fake.url], [std_fake.url], max_in_flight=1),
+def test_no_capacity_and_no_queue_is_503_with_retry_after(start_gateway, std_fake):
+    gw = start_gateway({**policy_dict([std_fake.url], [std_fake.url], max_in_flight=1, queue={"max_waiting": 0}),
                         "rules": [{"name": "all", "route": "standard"}]})
     hold = std_fake.hold()
     body = {"model": "m", "messages": MESSAGES, "stream": True, **GREEDY}
@@ -259,7 +259,7 @@ def test_no_capacity_is_503_with_retry_after(start_gateway, std_fake):
             busy = httpx.post(gw.base_url + "/chat/completions", json=body, timeout=5)
             assert busy.status_code == 503
             assert busy.headers["retry-after"]
-            assert busy.json()["error"]["code"] == "no_healthy_backend"
+            assert busy.json()["error"]["code"] == "at_capacity"
             hold.set()
     finally:
         std_fake.release()

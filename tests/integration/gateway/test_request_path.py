@@ -162,7 +162,7 @@ def test_a_pool_answering_503_after_its_retries_falls_back(gateway, spec_fake, s
 
 
 def test_a_full_pool_falls_back_and_a_key_never_leaves_its_pools(start_gateway, spec_fake, std_fake):
-    gw = start_gateway(policy_dict([spec_fake.url], [std_fake.url], max_in_flight=1),
+    gw = start_gateway(policy_dict([spec_fake.url], [std_fake.url], max_in_flight=1, queue={"max_waiting": 0}),
                        api_keys="any-pool,spec-only:speculative")
     hold = spec_fake.hold()
     try:

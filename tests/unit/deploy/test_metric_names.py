@@ -27,6 +27,8 @@ def test_contract_names_follow_exposition_naming():
     assert "specgate_requests_total" in CONTRACT_METRICS
     assert "specgate_request_duration_seconds_bucket" in CONTRACT_METRICS
     assert "specgate_guard_up" in CONTRACT_METRICS
+    assert {"specgate_queue_waiting", "specgate_queue_waits_total", "specgate_queue_seconds_bucket"} \
+        <= CONTRACT_METRICS
     # The V0 gauge is gone in vLLM V1 and must not be queried.
     assert "vllm:spec_decode_draft_acceptance_rate" not in CONTRACT_METRICS
 

@@ -192,7 +192,8 @@ def test_a_busy_or_failing_pool_passes_on_and_the_last_answer_stands(status, ver
 
 
 def test_the_last_pool_error_stands_and_nothing_is_held():
-    first, second = make_pool("first"), make_pool("second", max_in_flight=1)
+    # a pool that holds no waiters: full answers at once
+    first, second = make_pool("first"), make_pool("second", max_in_flight=1, queue={"max_waiting": 0})
     second.acquire()  # full
     claim = Claim()
     handlers = {"first": httpx.MockTransport(refuse), "second": httpx.MockTransport(refuse)}

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from gateway.decide.policy import PoolSpec
-from gateway.errors import NoHealthyBackend
+from gateway.errors import AtCapacity, NoHealthyBackend
 from gateway.upstream.pools import Pool
 
 
@@ -98,3 +98,18 @@ def test_lease_release_is_idempotent_and_load_returns_to_zero():
     lease.release(ok=True)
     assert pool.in_flight == 0 and pool.endpoints[0].outstanding == 0
 
+
+
+def test_endpoint_limits_bound_the_pool_and_its_free_slots():
+    pool = Pool("p", PoolSpec(kind="standard", max_in_flight=2, endpoints=[
+        {"url": "http://127.0.0.1:9000", "max_in_flight": 1}, {"url": "http://127.0.0.1:9001"}]),
+        clock=Clock(), rng=random.Random(7))
+    leases = [pool.acquire() for _ in range(3)]
+    assert pool.free() == 0 and [e.outstanding for e in pool.endpoints] == [1, 2]
+    with pytest.raises(AtCapacity):  # full, not broken: the request may wait
+        pool.acquire(degraded=True)
+    leases[0].release(ok=True)
+    assert pool.free() == 1
+    first = pool.endpoints[0]
+    pool.set_health(pool.endpoints[1], False)  # an unhealthy endpoint's room is no slot
+    assert pool.free() == 1 - first.outstanding

@@ -1,0 +1,120 @@
+"""Two pool simulators and a gateway in front of them, for one way of serving.
+
+Every way gets the same hardware, two simulated replicas, and the same proxy:
+
+- gateway: one speculative and one standard replica as the two pools of
+  `policies/default.yaml`, used untouched but for the endpoint URLs;
+- speculative, standard, dynamic: both replicas of that kind as ONE pool of two
+  endpoints behind the same gateway, every request routed to it by a fixed rule
+  (the pool's endpoint choice balances the two), guard off.
+
+Each way starts fresh (new simulators, new gateway) and is stopped after.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from tests.fakes.process import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "smollm2"  # default.yaml's upstream model name; the simulators serve it under that name
+WAYS: dict[str, tuple[str, str]] = {
+    "gateway": ("speculative", "standard"),
+    "speculative": ("speculative", "speculative"),
+    "standard": ("standard", "standard"),
+    "dynamic": ("dynamic", "dynamic"),
+}
+
+
+@dataclass
+class Stack:
+    url: str  # the gateway
+    sims: list[str]  # the replicas, where control events go
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def default_policy() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())
+    return loaded
+
+
+def gateway_policy(urls: list[str]) -> dict[str, Any]:
+    """default.yaml with its two pools pointed at `urls` (speculative, standard)."""
+    policy = default_policy()
+    for name, url in zip(("speculative", "standard"), urls, strict=True):
+        policy["pools"][name]["endpoints"] = [{"url": url}]
+    return policy
+
+
+def fixed_policy(kind: str, urls: list[str]) -> dict[str, Any]:
+    """One pool of `urls`, every request routed to it, the rest as default.yaml's standard pool."""
+    policy = default_policy()
+    pool = copy.deepcopy(policy["pools"]["standard"])
+    pool["endpoints"] = [{"url": url} for url in urls]
+    pool["kind"] = "speculative" if kind == "speculative" else "standard"
+    policy["pools"] = {kind: pool}
+    policy["default_pool"] = kind
+    policy["rules"] = [{"name": "fixed", "route": kind, "reason": f"always {kind}"}]
+    policy["guard"] = {"enabled": False}
+    return policy
+
+
+def _spawn(args: list[str], log: Path | None = None) -> subprocess.Popen[bytes]:
+    err = log.open("w") if log else subprocess.DEVNULL
+    return subprocess.Popen([sys.executable, "-m", "specgate.cli", *args], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=err)
+
+
+def start(way: str, work: Path, time_scale: float, sim_args: list[str]) -> Stack:
+    kinds = WAYS[way]
+    procs, urls = [], []
+    for seed, kind in enumerate(kinds, 1):
+        port = free_port()
+        procs.append(_spawn(["sim", "--kind", kind, "--port", str(port), "--model", MODEL,
+                             "--time-scale", str(time_scale), "--seed", str(seed), *sim_args]))
+        urls.append(f"http://127.0.0.1:{port}")
+    policy = gateway_policy(urls) if way == "gateway" else fixed_policy(way, urls)
+    path = work / f"policy-{way}.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    port = free_port()
+    procs.append(_spawn(["serve", "--policy", str(path), "--port", str(port)], work / f"gateway-{way}.log"))
+    stack = Stack(f"http://127.0.0.1:{port}", urls, procs)
+    try:
+        _wait_ready([(url, "/health") for url in urls] + [(stack.url, "/readyz")])
+    except RuntimeError:
+        stack.stop()
+        raise
+    return stack
+
+
+def _wait_ready(targets: list[tuple[str, str]]) -> None:
+    deadline = time.monotonic() + 90
+    for url, path in targets:
+        while True:
+            try:
+                if httpx.get(url + path, timeout=1, trust_env=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not start")
+            time.sleep(0.2)

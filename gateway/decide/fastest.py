@@ -1,0 +1,113 @@
+"""`route: fastest`: of a rule's candidate pools, the one predicted to answer first.
+
+Per candidate the latency model predicts
+
+    E2E = TTFT(load) + expected tokens x TPOT(load + 1)
+
+at the pool's load as the request sees it, for the request's traffic class.
+The expected tokens are the request's max_tokens capped by the policy's
+`routing.typical_output_tokens`: max_tokens is an upper bound most answers
+stop well short of, and a fixed cap keeps the choice a pure function of the
+request and the policy (no second learned quantity to go stale).
+
+The choice is a Thompson draw: each candidate's E2E is sampled from its
+prediction's uncertainty and the smallest sample wins. A pool that has been
+measured much slower than another seldom wins a draw, and less often the
+more it is measured. The winner by mean is kept beside it: when the two
+differ the choice explored. Without a random generator the mean decides
+(explain, tests).
+
+Draws alone would not try a slower pool again: once its measurements are
+forgotten its estimate's spread tends to the spread its answers had, not to
+the prior's, so a pool measured twice as slow with steady answers never wins
+a draw, and would not be seen to recover. So a floor: with probability
+`EXPLORE_SHARE` a decision goes to the stalest candidate other than the best
+whose estimate rests on less than `STALE_SAMPLES` of remembered answers.
+The share is a bound that holds whatever the request rate and however noisy
+the answers, and it is spent only on a pool the model has stopped knowing:
+one answer makes it known again, so on busy traffic the floor costs about one
+request per stale pool and class every half-life or two. Inflating the draw's
+spread by the estimate's age was the other way; its share would grow without
+bound on quiet traffic (a forgotten pool at the prior's 50% spread that is
+twice as slow wins about 16% of draws) and depends on a rate of inflation to
+choose.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.decide.features import Features
+from gateway.decide.latency import LatencyModel, Prediction
+from gateway.decide.traffic import traffic_class
+
+EXPLORE_SHARE = 0.02  # at most this share of decisions goes to a stale candidate that is not the best
+STALE_SAMPLES = 1.0  # an estimate resting on less remembered weight than one answer is stale
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """One candidate as the model sees it for one request."""
+    pool: str
+    load: int
+    predicted: Prediction
+    sample_s: float  # the Thompson draw of E2E (the mean without a generator)
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.predicted
+        return {"pool": self.pool, "load": self.load, "ttft_s": p.ttft_s, "tpot_s": p.tpot_s, "e2e_s": p.e2e_s,
+                "stddev_e2e_s": p.stddev_e2e, "samples": p.samples, "sampled_e2e_s": self.sample_s}
+
+
+@dataclass(frozen=True, slots=True)
+class Fastest:
+    pool: str  # the winner of the draw
+    best: str  # the winner by predicted mean: the class's preferred pool
+    estimates: tuple[Estimate, ...]  # by predicted mean, fastest first
+    traffic: str
+    tokens: int
+
+    @property
+    def explored(self) -> bool:
+        return self.pool != self.best
+
+    @property
+    def chosen(self) -> Estimate:
+        return next(e for e in self.estimates if e.pool == self.pool)
+
+    def chain(self, fallback: Sequence[str]) -> tuple[str, ...]:
+        """The chosen pool, the other candidates by predicted mean, then the chosen
+        pool's fallbacks: each pool once."""
+        return tuple(dict.fromkeys((self.pool, *(e.pool for e in self.estimates), *fallback)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"traffic_class": self.traffic, "expected_tokens": self.tokens, "preferred": self.best,
+                "explored": self.explored, "candidates": [e.to_json() for e in self.estimates]}
+
+
+def model_class(features: Features, domains: Collection[str], default_domain: str) -> str:
+    """The class a request is predicted under: an undefined domain (a header's) counts as the default one."""
+    domain = features.domain if features.domain in domains else default_domain
+    return traffic_class(domain, features.temperature)
+
+
+def fastest(pools: Sequence[str], features: Features, traffic: str, tokens: int, model: LatencyModel,
+            rng: random.Random | None) -> Fastest:
+    """The pool of `pools` (at least one) with the smallest E2E draw."""
+    estimates = []
+    for pool in pools:
+        load = features.load.get(pool, 0)
+        predicted = model.predict(pool, traffic, load, tokens)
+        # LatencyModel.sample's draw, from the prediction in hand rather than a second lookup
+        sample = predicted.e2e_s if rng is None else max(0.0, rng.gauss(predicted.e2e_s, predicted.stddev_e2e))
+        estimates.append(Estimate(pool, load, predicted, sample))
+    estimates.sort(key=lambda e: e.predicted.e2e_s)
+    chosen = min(estimates, key=lambda e: e.sample_s)
+    if rng is not None and rng.random() < EXPLORE_SHARE:
+        stale = [e for e in estimates[1:] if e.predicted.samples < STALE_SAMPLES]
+        if stale:
+            chosen = min(stale, key=lambda e: e.predicted.samples)
+    return Fastest(chosen.pool, estimates[0].pool, tuple(estimates), traffic, tokens)

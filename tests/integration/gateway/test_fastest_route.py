@@ -1,0 +1,158 @@
+"""`route: fastest` through a running gateway: two vLLM-like fakes of different
+speeds, the official client, and the latency model fed by the gateway's own
+measurements. Counts of requests, never times, are asserted."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from tests.fakes.vllm import FakeVllm
+from tests.integration.gateway.conftest import ADMIN_TOKEN, Gateway, policy_dict
+
+CHUNKS = 8
+FAST_DELAY, SLOW_DELAY = 0.004, 0.04  # seconds before each chunk
+
+
+def fastest_policy(spec_url: str, std_url: str, **routing) -> dict:
+    policy = policy_dict([spec_url], [std_url])
+    policy["rules"] = [{"name": "default", "route": "fastest"}]
+    policy["routing"] = {"typical_output_tokens": 16, "half_life_s": 2.0, **routing}
+    return policy
+
+
+@pytest.fixture
+def spec_fake() -> Iterator[FakeVllm]:
+    with FakeVllm(model="upstream-spec", kind="speculative") as fake:
+        fake.script(text=" ".join(["word"] * CHUNKS), chunks=CHUNKS, delay=SLOW_DELAY)
+        yield fake
+
+
+@pytest.fixture
+def std_fake() -> Iterator[FakeVllm]:
+    with FakeVllm(model="upstream-std", kind="standard") as fake:
+        fake.script(text=" ".join(["word"] * CHUNKS), chunks=CHUNKS, delay=FAST_DELAY)
+        yield fake
+
+
+def streamed(client: openai.OpenAI) -> str:
+    """One streamed request, read to its end; the pool that served it."""
+    with client.chat.completions.with_streaming_response.create(
+            model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=16, temperature=0,
+            stream=True) as response:
+        for _ in response.iter_lines():
+            pass
+        return response.headers["x-specgate-pool"]
+
+
+def test_requests_go_to_the_faster_pool_and_move_when_it_slows(start_gateway, spec_fake, std_fake):
+    gateway = start_gateway(fastest_policy(spec_fake.url, std_fake.url))
+    with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as client:
+        for _ in range(20):  # the priors favour the speculative pool; its answers say otherwise
+            streamed(client)
+        steady = Counter(streamed(client) for _ in range(20))
+        assert steady["standard"] >= 16, steady  # the standard fake is 10x faster per token
+
+        std_fake.script(delay=SLOW_DELAY * 2)  # now the standard pool is the slow one
+        served: list[str] = []
+        while served[-5:] != ["speculative"] * 5:
+            served.append(streamed(client))
+            assert len(served) <= 25, f"still not moved after {served}"
+
+    metrics = httpx.get(gateway.url + "/metrics").text
+    assert 'specgate_route_decisions_total{explored="false",pool="standard",rule="default"}' in metrics
+    assert "specgate_predicted_e2e_seconds_bucket" in metrics
+
+
+def test_explain_shows_each_candidates_prediction(gateway_with_traffic):
+    gateway = gateway_with_traffic
+    answer = httpx.post(gateway.url + "/admin/explain", headers={"authorization": f"Bearer {ADMIN_TOKEN}"},
+                        json={"messages": [{"role": "user", "content": "hello"}], "max_tokens": 16,
+                              "temperature": 0})
+    assert answer.status_code == 200, answer.text
+    decision = answer.json()
+    found = decision["fastest"]
+    assert decision["rule"] == "default" and decision["explored"] == found["explored"]
+    assert {c["pool"] for c in found["candidates"]} == {"speculative", "standard"}
+    for candidate in found["candidates"]:
+        assert candidate["e2e_s"] == pytest.approx(candidate["ttft_s"] + 16 * candidate["tpot_s"])
+        assert candidate["stddev_e2e_s"] > 0 and candidate["sampled_e2e_s"] >= 0
+    measured = {c["pool"]: c["samples"] for c in found["candidates"]}
+    assert measured["standard"] > 0, "the standard pool's answers were measured"
+    assert decision["chain"][0] == decision["pool"] and set(decision["chain"]) == {"speculative", "standard"}
+    tables = httpx.get(gateway.url + "/admin/latency", headers={"authorization": f"Bearer {ADMIN_TOKEN}"}).json()
+    assert {(pair["pool"], pair["class"]) for pair in tables["pairs"]} >= {("standard", "chat/greedy")}
+
+
+@pytest.fixture
+def gateway_with_traffic(start_gateway, spec_fake, std_fake) -> Gateway:
+    gateway = start_gateway(fastest_policy(spec_fake.url, std_fake.url))
+    with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as client:
+        for _ in range(6):
+            streamed(client)
+    return gateway
+
+
+def test_a_burst_splits_between_two_identical_pools(start_gateway, spec_fake, std_fake):
+    """The load a decision reads includes the requests just routed (their leases):
+    of two identical pools, the one measured marginally faster does not take the
+    whole burst."""
+    policy = fastest_policy(spec_fake.url, std_fake.url)
+    policy["pools"]["speculative"]["kind"] = "standard"  # the same priors for both
+    gateway = start_gateway(policy)
+    model = gateway.app.state.parts.latency
+    for _ in range(50):  # both measured, one a hair faster: the case a burst would herd on
+        model.observe("speculative", "chat/greedy", 0, 0.010, 0.0010)
+        model.observe("standard", "chat/greedy", 0, 0.0105, 0.00105)
+    holds = [spec_fake.hold(), std_fake.hold()]
+    burst = 16
+    pools: list[str] = []
+    with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as client:
+        threads = [threading.Thread(target=lambda: pools.append(streamed(client))) for _ in range(burst)]
+        for thread in threads:
+            thread.start()
+        while len(spec_fake.completion_requests()) + len(std_fake.completion_requests()) < burst:
+            time.sleep(0.01)  # every request of the burst is in flight, held after its first chunk
+        in_flight = {"speculative": len(spec_fake.completion_requests()),
+                     "standard": len(std_fake.completion_requests())}
+        for hold in holds:
+            hold.set()
+        for thread in threads:
+            thread.join()
+    assert min(in_flight.values()) >= burst // 4, in_flight
+    assert Counter(pools) == Counter(in_flight)
+
+
+def test_a_full_chosen_pool_spills_to_the_next_candidate(start_gateway, spec_fake, std_fake):
+    """The chain of a fastest decision holds every candidate: the standard pool,
+    measured far faster, is chosen while it is full, and the request goes on to
+    the speculative pool instead of waiting for it or failing."""
+    policy = fastest_policy(spec_fake.url, std_fake.url)
+    policy["pools"]["standard"]["max_in_flight"] = 1
+    gateway = start_gateway(policy)
+    model = gateway.app.state.parts.latency
+    for _ in range(50):
+        model.observe("speculative", "chat/greedy", 0, 0.5, 0.05)
+        model.observe("standard", "chat/greedy", 0, 0.01, 0.001)
+        model.observe("standard", "chat/greedy", 1, 0.01, 0.001)
+    hold = std_fake.hold()
+    with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as client:
+        first = threading.Thread(target=streamed, args=(client,))
+        first.start()
+        while not std_fake.holding.is_set():
+            time.sleep(0.01)  # the standard pool's one slot is taken
+        with client.chat.completions.with_streaming_response.create(
+                model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=16, temperature=0,
+                stream=True) as response:
+            served, reason = response.headers["x-specgate-pool"], response.headers.get("x-specgate-reason")
+            for _ in response.iter_lines():
+                pass
+        hold.set()
+        first.join()
+    assert (served, reason) == ("speculative", "fallback:no_capacity")
