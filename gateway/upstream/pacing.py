@@ -6,7 +6,7 @@ gateway asks it for a running token count in every chunk
 (`stream_options.continuous_usage_stats`, read with the meter's
 `completion_tokens`), and `Pacer` splits a chunk of k > 1 tokens into k
 chunks of one piece each, spaced at the stream's own recent time per token
-(an EWMA of gap / tokens). The split text follows the logprobs' tokens when
+(an EWMA of the gap between events over an EWMA of their tokens). The split text follows the logprobs' tokens when
 the chunk has them, else it is cut into k nearly equal pieces between
 characters. No piece waits more than `max_delay_s` past its chunk's arrival,
 the first piece of a burst after a gap longer than that goes at once, and
@@ -26,7 +26,7 @@ from typing import Any
 from gateway.decide.policy import PoolSpec
 from gateway.upstream.meter import EVENT_END, completion_tokens
 
-ALPHA = 0.3  # weight of the newest gap / tokens sample in the time-per-token estimate
+ALPHA = 0.3  # weight of the newest run in the averages of gap and tokens
 EARLY_S = 0.0005  # a piece this close to its time goes now rather than after another timer
 
 
@@ -64,7 +64,9 @@ class Pacer:
     def __init__(self, max_delay_s: float, keep_counts: bool = False) -> None:
         self.max_delay_s = max_delay_s
         self.keep_counts = keep_counts
-        self.per_token: float | None = None  # the stream's recent seconds per token
+        self.per_token: float | None = None  # the stream's recent seconds per token: average gap / tokens
+        self.gap_s: float | None = None  # the average gap between runs with tokens (an EWMA)
+        self.tokens: float | None = None  # the average tokens such a run brings (an EWMA)
         self.counted = 0  # the running token count of the last chunk that had one
         self.last_run: float | None = None  # when the last run with tokens arrived
         self.last_due: float | None = None
@@ -140,9 +142,10 @@ class Pacer:
         last, self.last_run = self.last_run, now
         if last is None or now - last > self.max_delay_s:
             return None
-        if now > last:
-            sample = (now - last) / tokens
-            self.per_token = sample if self.per_token is None else self.per_token + ALPHA * (sample - self.per_token)
+        if now > last:  # a ratio of averages: an average of gap / tokens would overrate small bursts
+            self.gap_s = _ewma(self.gap_s, now - last)
+            self.tokens = _ewma(self.tokens, tokens)
+            self.per_token = self.gap_s / self.tokens
         return self.per_token
 
     def _hold(self, due: float, data: bytes) -> None:
@@ -174,6 +177,10 @@ class Pacer:
             return True, [event]
         return True, [_encode(piece, before, i + 1, len(pieces), tokens, self.keep_counts)
                       for i, piece in enumerate(pieces)]
+
+
+def _ewma(average: float | None, sample: float) -> float:
+    return sample if average is None else average + ALPHA * (sample - average)
 
 
 def _events(run: bytes) -> list[bytes]:

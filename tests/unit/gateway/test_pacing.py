@@ -66,12 +66,23 @@ def test_a_burst_of_k_tokens_becomes_k_events_spaced_at_the_streams_rate():
 def test_pieces_never_wait_past_the_bound():
     pacer = Pacer(max_delay_s=0.03)
     pacer.feed(content("ab", 2), now=0.0)
+    pacer.feed(content("cd", 4), now=0.02)  # 10 ms a token
     pacer.release(None)
-    pacer.feed(content("abcdefgh", 10), now=0.02)  # 8 tokens, but spread over 30 ms at most
+    pacer.feed(content("abcdefgh", 12), now=0.04)  # 8 tokens at ~5 ms would take 37 ms: squeezed into 30
     held = dues(pacer)
-    assert held[0] == 0.02 and held[-1] <= 0.02 + 0.03
-    gaps = {round(b - a, 6) for a, b in zip(held, held[1:], strict=False)}
-    assert len(gaps) == 1  # evenly spaced within the bound
+    assert held[0] == 0.04 and held[-1] == pytest.approx(0.04 + 0.03)
+    gaps = [b - a for a, b in zip(held, held[1:], strict=False)]
+    assert gaps == pytest.approx([0.03 / 7] * 7, abs=1e-5)  # evenly spaced within the bound
+
+
+def test_the_rate_is_the_average_gap_over_the_average_tokens():
+    pacer = Pacer(max_delay_s=0.15)
+    counted = 0
+    for step in range(40):  # a step every 20 ms, of 1 and 4 tokens in turn: 8 ms a token on average
+        counted += 1 if step % 2 else 4
+        pacer.feed(content("x" * (1 if step % 2 else 4), counted), now=step * 0.02)
+        pacer.release(None)
+    assert pacer.per_token == pytest.approx(0.008, rel=0.15)  # an average of gap / tokens would say 12.5 ms
 
 
 def test_a_gap_longer_than_the_bound_releases_at_once():
@@ -195,6 +206,12 @@ class Upstream:
             self.closed.set()
 
 
+def slow(pacer: Pacer) -> None:
+    """A stream that has sent one token a second so far: the next burst's pieces are held for seconds."""
+    pacer.gap_s, pacer.tokens = 4.0, 4.0
+    pacer.last_run = asyncio.get_running_loop().time()
+
+
 def test_pace_relays_everything_in_order_and_ends_with_done():
     async def main() -> bytes:
         upstream = Upstream()
@@ -212,8 +229,7 @@ def test_pieces_held_when_the_stream_breaks_go_out_before_the_error():
     async def main() -> tuple[bytes, BaseException]:
         upstream = Upstream()
         pacer = Pacer(max_delay_s=2.0)
-        pacer.per_token = 1.0  # a slow rate: the burst's pieces are held for seconds
-        pacer.last_run = asyncio.get_running_loop().time()
+        slow(pacer)
         upstream.queue.put_nowait(content("abcd", 4))
         upstream.queue.put_nowait(httpx.ReadError("gone"))
         sent = []
@@ -230,8 +246,7 @@ def test_nothing_is_sent_after_the_client_leaves_and_no_task_is_left():
     async def main() -> tuple[list[bytes], bool, set[asyncio.Task[Any]]]:
         upstream = Upstream()
         pacer = Pacer(max_delay_s=2.0)
-        pacer.per_token = 1.0
-        pacer.last_run = asyncio.get_running_loop().time()
+        slow(pacer)
         sent: list[bytes] = []
         first_sent = asyncio.Event()
 
