@@ -7,10 +7,11 @@ client that stops reading is cut the same way once one write to it has
 waited `write_s` (one timer per exchange, not one per write). Server-sent
 events are relayed chunk by chunk as they arrive; while the first chunk is
 awaited an SSE comment goes out every `keepalive_s` so idle-timeout proxies
-keep the connection. An answer that breaks after its first byte ends with an
-error event, the way vLLM reports errors mid-stream. The exchange is
-finished at its end (its claim given back, its numbers recorded), whatever
-happened.
+keep the connection. A pool whose policy paces its streams has its bursts
+split and spaced by a `Pacer` (pacing.py). An answer that breaks after its
+first byte ends with an error event, the way vLLM reports errors
+mid-stream. The exchange is finished at its end (its claim given back, its
+numbers recorded), whatever happened.
 """
 
 from __future__ import annotations

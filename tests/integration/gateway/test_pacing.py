@@ -81,3 +81,19 @@ def test_a_standard_pool_without_pacing_is_relayed_as_before(start_gateway, spec
         with chunks:
             assert len(texts(list(chunks))) == CHUNKS  # hot sampling goes to the standard pool: not paced
     assert "continuous_usage_stats" not in std_fake.completion_requests()[-1].body["stream_options"]
+
+
+def test_a_client_that_leaves_a_paced_stream_cancels_the_upstream_request(start_gateway, spec_fake, std_fake):
+    gateway = start_gateway(paced_policy(spec_fake, std_fake, enabled=True))
+    hold = spec_fake.hold()  # the pool pauses after its first event: the pacer's read-ahead waits on it
+    try:
+        with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as client:
+            chunks = client.chat.completions.create(model="m", max_tokens=64, stream=True,
+                                                    messages=[{"role": "user", "content": "hello"}])
+            with chunks:
+                first = next(c for c in chunks if c.choices and c.choices[0].delta.content)
+        assert first.choices[0].delta.content
+        assert spec_fake.wait_disconnect(5), "the upstream request ended with the client"
+        assert spec_fake.disconnects[-1].chunks_sent == 1
+    finally:
+        hold.set()
