@@ -209,18 +209,24 @@ class _Pair:
         return self.ttft, self.tpot
 
 
+RATIO_WEIGHT = 0.25  # the answers' worth at the pool's level a class's ratio is shrunk toward 1 with
+
+
 def _class_anchor(own: _Series, pool: _Series, pool_keep: float, now: float, decay_rate: float, w0: float,
                   lends: float) -> tuple[list[float], list[float], list[float]]:
     """A class's anchors: the pool's curve scaled by how this class's own answers
-    compare with it (shrunk toward 1 by `w0` samples), each lending the pool
-    bucket's remembered weight up to `lends`."""
+    compare with it, each lending the pool bucket's remembered weight up to
+    `lends`. The ratio forgets as the buckets do, so it follows a class whose
+    drafts stop being accepted; it is shrunk toward 1 by only `RATIO_WEIGHT`
+    answers, so a class that left a pool because it ran slow there drifts back
+    toward the pool's mix slowly (two half-lives after its last three answers
+    it keeps three quarters of its distance from 1)."""
     _, weights = own.forgotten(now, decay_rate)
     seen = sum(weights)
     observed = sum(w * m for w, m in zip(weights, own.mean, strict=True))
     expected = sum(w * p for w, p in zip(weights, pool.fit_mean, strict=True))
-    # the ratio of sums, shrunk toward 1 by w0 answers at the pool's level
-    level = expected / seen if seen > 0 else 0.0
-    ratio = (observed + w0 * level) / (expected + w0 * level) if expected > 0 else 1.0
+    level = expected / seen if seen > 0 else 0.0  # the ratio of sums, shrunk toward 1
+    ratio = (observed + RATIO_WEIGHT * level) / (expected + RATIO_WEIGHT * level) if expected > 0 else 1.0
     return ([ratio * p for p in pool.fit_mean], [ratio * ratio * v for v in pool.fit_var],
             [min(w * pool_keep, lends) for w in pool.fit_weight])
 
@@ -231,7 +237,7 @@ class LatencyModel:
 
     def __init__(self, speculative_pools: Iterable[str] = (), priors: LatencyPriors | None = None,
                  half_life_s: float = 10.0, buckets: int = 12, max_pairs: int = 512, refit_s: float = 0.1,
-                 pool_lends: float = 4.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 pool_lends: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         if half_life_s <= 0 or buckets < 2 or max_pairs < 1 or refit_s < 0 or pool_lends < 0:
             raise ValueError("half_life_s > 0, buckets >= 2, max_pairs >= 1, refit_s >= 0 and pool_lends >= 0 "
                              "are required")
