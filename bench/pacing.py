@@ -8,8 +8,8 @@ the same streamed chat requests, so machine noise hits them alike. At the
 client it measures, per way: the gaps between content events (p50, p95, max,
 coefficient of variation) and between tokens as a reader sees them (the
 tokens of one event arrive together; the client asks for the running count
-to know them), tokens per event, TTFT and E2E, and what pacing added to TTFT
-and E2E.
+to know them), tokens per event, the share of tokens that come within 1 ms of the one
+before (as one burst), TTFT and E2E, and what pacing added to TTFT and E2E.
 
     python bench/pacing.py --requests 60 --concurrency 4 --max-tokens 128 --max-delay-ms 150
 """
@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from tests.fakes.process import free_port, spawn_module, wait_until_ok  # noqa: E402 - importable once the root is on sys.path
 
 MODEL = "sim"
+TOGETHER_S = 0.001  # a token this soon after the one before it appears with it
 PROMPTS = ["Tell me a story about a lighthouse keeper.", "Explain how a bicycle stays upright.",
            "Write a short letter to a friend about spring.", "Describe a busy market in the morning."]
 
@@ -143,6 +144,7 @@ def cadence(way: Way) -> dict[str, float]:
     return {"tokens/event": sum(t for s in way.streams for _, t in s.events) / sum(len(s.events) for s in way.streams),
             "token gap p50": quantile(tokens, 0.5) * 1e3, "p95": quantile(tokens, 0.95) * 1e3,
             "max": max(tokens) * 1e3, "CV": cv(tokens),
+            "together %": 100 * sum(g < TOGETHER_S for g in tokens) / len(tokens),
             "event gap p50": quantile(events, 0.5) * 1e3, "p95 ": quantile(events, 0.95) * 1e3,
             "max ": max(events) * 1e3, "CV ": cv(events)}
 
