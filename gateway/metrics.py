@@ -54,5 +54,14 @@ class GatewayMetrics:
                                   "Time spent in the gateway before the backend request is sent",
                                   buckets=OVERHEAD_BUCKETS, registry=r)
 
+        self.capture_sampled = Counter("specgate_capture_sampled", "Prompts sampled for capture", registry=r)
+        self.capture_written = Counter("specgate_capture_written", "Captured prompts written, scrubbed",
+                                       registry=r)
+        self.capture_dropped = Counter("specgate_capture_dropped",
+                                       "Prompts not captured: queue_full, error, no_text", ["reason"], registry=r)
+        self.capture_redactions = Counter("specgate_capture_redactions",
+                                          "PII and secrets replaced in captured prompts, by kind", ["kind"],
+                                          registry=r)
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
