@@ -13,6 +13,7 @@ import importlib
 SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ("capture", "specgate.draft.capture", "export captured prompts (deduplicated) to a prompts JSONL"),
     ("data", "specgate.draft.data", "answer prompts with the target, tokenize with its chat template, mask"),
+    ("train", "specgate.draft.train", "train an EAGLE-3 head on a draft dataset, evaluate it held out"),
 )
 
 
