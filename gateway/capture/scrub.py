@@ -18,6 +18,7 @@ model): seconds, so the capture stage builds it in a thread off the loop.
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ PLACEHOLDERS = {"EMAIL_ADDRESS": "<EMAIL>", "CREDIT_CARD": "<CARD>", "IBAN_CODE"
                 "IP_ADDRESS": "<IP>", "PHONE": "<PHONE>", "SECRET": "<SECRET>"}
 # Candidate words for the entropy test: long runs of base64/url-safe/hex characters.
 WORD = re.compile(r"[A-Za-z0-9+/=_\-]{20,}")
+HEX = frozenset(string.hexdigits)
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,8 @@ class Scrubber:
         plugins: list[Any] = [detector() for detector in detectors.values()]
         self.patterns: list[re.Pattern[str]] = [p for plugin in plugins for p in getattr(plugin, "denylist", ())]
         self.lines = [plugin for plugin in plugins if not getattr(plugin, "denylist", ())]
-        self.entropy = [(Base64HighEntropyString(), 4.5), (HexHighEntropyString(), 3.0)]
+        # detect-secrets' limits; the hex test applies to words of hex digits only, as in detect-secrets
+        self.entropy = [(Base64HighEntropyString(), 4.5, None), (HexHighEntropyString(), 3.0, HEX)]
 
     def scrub(self, text: str) -> tuple[str, dict[str, int]]:
         """The text with every find replaced, and the count of finds per placeholder."""
@@ -102,7 +105,8 @@ class Scrubber:
             offset += len(line)
         for match in WORD.finditer(text):
             word = match.group()
-            if _mixed(word) and any(plugin.calculate_shannon_entropy(word) > limit for plugin, limit in self.entropy):
+            if _mixed(word) and any(plugin.calculate_shannon_entropy(word) > limit for plugin, limit, charset
+                                    in self.entropy if charset is None or charset.issuperset(word)):
                 yield Find(match.start(), match.end(), "SECRET")
 
 

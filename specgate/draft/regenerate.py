@@ -75,6 +75,8 @@ async def regenerate(prompts: Sequence[Prompt], asking: Asking, answers: Path,
     async with httpx.AsyncClient(base_url=asking.url.rstrip("/"), headers=headers, trust_env=False,
                                  timeout=asking.timeout_s) as client:
         with answers.open("a", encoding="utf-8") as out:
+            if answers.stat().st_size and not answers.read_bytes().endswith(b"\n"):
+                out.write("\n")  # a run killed mid-line: start on a fresh one
             async def one(prompt: Prompt) -> None:
                 async with gate:
                     answer = await _ask(client, asking, prompt, tally, rng)
