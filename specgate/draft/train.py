@@ -226,6 +226,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--holdout", type=float, default=defaults.holdout, help="held-out share of records")
     parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens, help="per record")
     parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     parser.add_argument("--no-progress", action="store_true")
 
 
@@ -237,6 +238,8 @@ def run(args: argparse.Namespace) -> int:
                            max_tokens=args.max_tokens)  # fmt: skip
     if min(options.steps, options.ttt_steps, options.draft_vocab, options.batch_tokens) < 1:
         raise SystemExit("--steps, --ttt-steps, --draft-vocab and --batch-tokens must be positive")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     model_dir = Path(args.model).expanduser() if args.model else prepare()
     summary = train(Path(args.data), Path(args.out), model_dir, options,
                     Path(args.features) if args.features else None, progress=not args.no_progress)  # fmt: skip
