@@ -26,6 +26,7 @@ from gateway.metrics import GatewayMetrics
 
 Offered = tuple[float, str, str | None, Any]  # time, endpoint, traffic class, messages or prompt
 BATCH = 64  # the most records one worker-thread call scrubs and writes
+PRUNE_EVERY_S = 600.0  # with no prompt for this long, files past retention are deleted anyway
 
 
 class Capture:
@@ -69,7 +70,11 @@ class Capture:
             except Exception as exc:
                 self.log.warning("capture_scrubber_failed", error=type(exc).__name__)
         while True:
-            batch = [await self.queue.get()]
+            try:
+                batch = [await asyncio.wait_for(self.queue.get(), PRUNE_EVERY_S)]
+            except TimeoutError:
+                await self._prune()
+                continue
             while len(batch) < BATCH and not self.queue.empty():
                 batch.append(self.queue.get_nowait())
             files, spec = self.files, self.spec
@@ -85,6 +90,13 @@ class Capture:
             self.metrics.capture_dropped.labels("no_text").inc(len(batch) - written)
             for placeholder, count in counts.items():
                 self.metrics.capture_redactions.labels(placeholder.strip("<>").lower()).inc(count)
+
+    async def _prune(self) -> None:
+        if self.files is not None:
+            try:
+                await asyncio.to_thread(self.files.prune)
+            except OSError as exc:
+                self.log.warning("capture_prune_failed", error=type(exc).__name__)
 
     def _scrubber(self, region: str) -> Scrubber:
         if self.scrubber is None or self.scrubber.phone_region != region:

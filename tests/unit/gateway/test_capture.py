@@ -103,3 +103,26 @@ def test_capture_is_off_by_default_and_needs_a_directory():
         parse_policy(base + "capture: {enabled: true}\n")
     with pytest.raises(PolicyError, match="share"):
         parse_policy(base + "capture: {enabled: true, directory: d, share: 1.5}\n")
+
+
+def test_an_idle_capture_still_deletes_files_past_retention(tmp_path, monkeypatch):
+    import asyncio
+
+    from gateway.capture import stage
+
+    monkeypatch.setattr(stage, "PRUNE_EVERY_S", 0.01)
+    old = tmp_path / "capture-20200101T000000Z-1-000001.jsonl"
+    old.write_text("{}\n")
+    os.utime(old, (0, 0))
+    capture = Capture(CaptureSpec(directory=str(tmp_path)), GatewayMetrics())  # off: nothing new comes
+
+    async def scenario() -> None:
+        task = asyncio.create_task(capture.run())
+        async with asyncio.timeout(30):  # a hang guard
+            while old.exists():
+                await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert not old.exists()
