@@ -75,14 +75,15 @@ def run_steps(head: Eagle3Head, batch: Batch, steps: int, decay: float = 0.8) ->
 
 def acceptance(head: Eagle3Head, batches: list[Batch], depth: int) -> dict[str, Any]:
     """Greedy acceptance per draft position on held-out batches: a draft starts
-    wherever the next predicted token is a response token; position k counts
+    after every response token but the last; position k counts
     as accepted when positions 0..k all equal the target's greedy tokens."""
     drafts = 0
     accepted = [0] * depth
     with torch.no_grad():
         for batch in batches:
             result = run_steps(head, batch, depth)
-            chain = result.valid[0].clone()
+            # a draft starts after a token the target wrote: both t+1 and t+2 are response tokens
+            chain = result.valid[0] & _shift(batch.loss_mask, 1)
             drafts += int(chain.sum())
             for k in range(depth):
                 chain &= result.hits[k]

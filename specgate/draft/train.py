@@ -179,16 +179,22 @@ def ensure_features(data: Path, feature_dir: Path, model_dir: Path, options: Tra
 
 
 def train(data: Path, out: Path, model_dir: Path, options: TrainOptions, feature_dir: Path | None = None,
-          progress: bool = True) -> dict[str, Any]:
-    """The whole run; returns what training.json holds."""
+          progress: bool = True, held_out_data: Path | None = None) -> dict[str, Any]:
+    """The whole run; returns what training.json holds. With `held_out_data`
+    (a second dataset), all of `data` trains and that one is evaluated;
+    otherwise a `--holdout` share of `data` is kept apart by record id."""
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     feature_dir = feature_dir or out / "features"
     manifest = ensure_features(data, feature_dir, model_dir, options, progress)
-    featured = time.monotonic()
     records = list(features.read_features(feature_dir))
-    train_set = [r for r in records if not r.holdout]
-    held_out = [r for r in records if r.holdout]
+    if held_out_data is None:
+        train_set = [r for r in records if not r.holdout]
+        held_out = [r for r in records if r.holdout]
+    else:
+        ensure_features(held_out_data, out / "features-held-out", model_dir, options, progress)
+        train_set, held_out = records, list(features.read_features(out / "features-held-out"))
+    featured = time.monotonic()
     if not train_set or not held_out:
         raise ValueError(f"{len(train_set)} training and {len(held_out)} held-out records: need both "
                          "(more prompts, or another --holdout share)")  # fmt: skip
@@ -224,6 +230,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, default=defaults.lr)
     parser.add_argument("--batch-tokens", type=int, default=defaults.batch_tokens)
     parser.add_argument("--holdout", type=float, default=defaults.holdout, help="held-out share of records")
+    parser.add_argument("--held-out-data", help="a second dataset to evaluate on (then all of --data trains)")
     parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens, help="per record")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
@@ -242,7 +249,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     model_dir = Path(args.model).expanduser() if args.model else prepare()
     summary = train(Path(args.data), Path(args.out), model_dir, options,
-                    Path(args.features) if args.features else None, progress=not args.no_progress)  # fmt: skip
+                    Path(args.features) if args.features else None, progress=not args.no_progress,
+                    held_out_data=Path(args.held_out_data) if args.held_out_data else None)  # fmt: skip
     held = summary["held_out"]
     print(f"held-out acceptance per position {held['acceptance_per_position']}, "
           f"mean accepted length {held['mean_accepted_length']}; head in {os.fspath(args.out)}")  # fmt: skip

@@ -103,3 +103,13 @@ def test_the_loss_ignores_the_targets_of_prompt_tokens(tiny_model: Path, tmp_pat
     response_labels = torch.zeros_like(batch.loss_mask)
     response_labels[:, :-1] = batch.loss_mask[:, 1:]
     assert loss(torch.where(response_labels, (batch.argmax + 7) % VOCAB, batch.argmax)) != pytest.approx(base)
+
+
+def test_a_second_dataset_is_the_held_out_set(tiny_model: Path, tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    data = write_dataset(tmp_path / "data", count=12)
+    held = write_dataset(tmp_path / "held", count=4)
+    options = TrainOptions(steps=3, ttt_steps=2, draft_vocab=48, batch_tokens=128)
+    summary = train(data, tmp_path / "head", tiny_model, options, progress=False, held_out_data=held)
+    assert (summary["train_records"], summary["held_out_records"]) == (12, 4)
+    assert summary["held_out"]["drafts"] == 4 * 20  # every answer token after the first starts a draft
