@@ -15,6 +15,7 @@ target features.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 import torch
 
 from backends.engine.eagle3.expansion import Candidate, TreeShape, grow_tree
-from backends.engine.eagle3.head import Eagle3Head, HeadCache
+from backends.engine.eagle3.head import Eagle3Head, HeadCache, HeadConfig
 from backends.engine.tree import DraftTree
 
 
@@ -43,11 +44,13 @@ class Eagle3Model:
     def load(cls, path: str | Path, target: Any, shape: TreeShape | None = None) -> Eagle3Model:
         """The head at `path` for `target` (whose token embedding it shares),
         its linear layers packed for inference like the target's."""
-        from backends.engine.eagle3.checkpoint import load
+        from backends.engine.eagle3.checkpoint import CONFIG, head_config, load
         from backends.engine.packing import pack_linear_layers
 
+        config_file = Path(path) / CONFIG
+        if config_file.is_file():  # else `load` says what is missing
+            check_fits(head_config(json.loads(config_file.read_text(encoding="utf-8"))), target)
         head = load(path, embedding=target.get_input_embeddings().weight)
-        check_fits(head, target)
         pack_linear_layers(head)
         return cls(head, shape or TreeShape())
 
@@ -59,9 +62,9 @@ class Eagle3Model:
         return Eagle3Drafter(self)
 
 
-def check_fits(head: Eagle3Head, target: Any) -> None:
+def check_fits(config: HeadConfig, target: Any) -> None:
     """A clear error when the head was trained for another model's shape."""
-    config, target_config = head.config, target.config
+    target_config = target.config
     if config.hidden_size != target_config.hidden_size or config.vocab_size != target_config.vocab_size:
         raise ValueError(f"the EAGLE-3 head expects hidden size {config.hidden_size} and vocabulary "
                          f"{config.vocab_size}; the model has {target_config.hidden_size} and "

@@ -164,6 +164,12 @@ def test_the_drafter_option_names_eagle3_heads(loaded, tmp_path, monkeypatch):
         drafters.make_drafter_factory("eagle3", loaded.model)
     with pytest.raises(FileNotFoundError, match="holds no EAGLE-3 head"):
         drafters.make_drafter_factory(f"eagle3:{tmp_path}", loaded.model)
+    other = HeadConfig(hidden_size=64, vocab_size=loaded.model.config.vocab_size, draft_vocab_size=16,
+                       layer_ids=(1, 2, 3), num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                       intermediate_size=96)
+    checkpoint.save(Eagle3Head(other), tmp_path / "other", verifier="another model")
+    with pytest.raises(ValueError, match="hidden size 64"):
+        drafters.make_drafter_factory(f"eagle3:{tmp_path / 'other'}", loaded.model)
 
 
 def test_the_server_counts_eagle3_drafts_with_vllm_names(loaded, head_dir):
