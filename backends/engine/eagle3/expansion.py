@@ -6,10 +6,16 @@ newest level are expanded, each into its `top_k` most probable children;
 after `max_depth` levels the `max_nodes - 1` highest-scoring nodes of all
 levels form the tree. A child never scores above its parent, so the chosen
 nodes always include their ancestors (ties go to the shallower node).
+
+Nodes whose cumulative probability falls below `min_prob` are dropped as they
+are generated: on a CPU every verified node costs target time, so an unsure
+head drafts a small tree (or none) instead of a full one that will be
+rejected, and a level with no node left ends the growth.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,10 +31,11 @@ class TreeShape:
     top_k: int = 4
     max_depth: int = 5
     max_nodes: int = 16
+    min_prob: float = 0.01  # of a node's whole path
 
     def __post_init__(self) -> None:
-        if self.top_k < 1 or self.max_depth < 1 or self.max_nodes < 2:
-            raise ValueError("a draft tree needs top_k >= 1, max_depth >= 1 and max_nodes >= 2")
+        if self.top_k < 1 or self.max_depth < 1 or self.max_nodes < 2 or not 0 <= self.min_prob < 1:
+            raise ValueError("a draft tree needs top_k >= 1, max_depth >= 1, max_nodes >= 2 and 0 <= min_prob < 1")
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,7 @@ def grow_tree(root: int, root_logprobs: torch.Tensor, expand: Expand, shape: Tre
     considered, in the order they were generated."""
     candidates: list[Candidate] = []
     rows, parents = root_logprobs[None], [-1]
+    floor = math.log(shape.min_prob) if shape.min_prob > 0 else -math.inf
     for depth in range(1, shape.max_depth + 1):
         level_start = len(candidates)
         k = min(shape.top_k, rows.shape[-1])
@@ -59,9 +67,10 @@ def grow_tree(root: int, root_logprobs: torch.Tensor, expand: Expand, shape: Tre
         for row, parent in enumerate(parents):
             base = candidates[parent].score if parent >= 0 else 0.0
             for logprob, column in zip(top.values[row].tolist(), top.indices[row].tolist(), strict=True):
-                token = int(vocab[column]) if vocab is not None else column
-                candidates.append(Candidate(base + logprob, parent, token, depth))
-        if depth == shape.max_depth:
+                if base + logprob >= floor:
+                    token = int(vocab[column]) if vocab is not None else column
+                    candidates.append(Candidate(base + logprob, parent, token, depth))
+        if depth == shape.max_depth or len(candidates) == level_start:
             break
         level = sorted(range(level_start, len(candidates)), key=lambda i: -candidates[i].score)
         parents = level[: shape.top_k]

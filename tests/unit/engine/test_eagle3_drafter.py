@@ -5,6 +5,7 @@ steps, the drafter option and the vLLM metrics."""
 from __future__ import annotations
 
 import argparse
+import math
 
 import httpx
 import openai
@@ -57,7 +58,8 @@ def test_expansion_grows_the_most_probable_nodes_first() -> None:
     # level 1 expands tokens 1 and 2 (not 0); level 2 expands the two best of
     # their four children: 1->3 (-0.3) and 2->4 (-1.7) beat 2->5 (-1.8) and 1->4 (-3.2)
     assert calls == [[(1, -0.2), (2, -1.0)], [(3, -0.3), (4, -1.7)]]
-    assert len(candidates) == 2 + 4 + 4
+    # 2->4 has no likely child: its children fall below min_prob and are never candidates
+    assert len(candidates) == 2 + 4 + 2
     # the five best of all: 1 (-0.2), 1->3 (-0.3), 1->3->0 (-0.5), 2 (-1.0), 2->4 (-1.7)
     assert tree.tokens == [9, 1, 2, 3, 4, 0]
     assert tree.parents == [-1, 0, 0, 1, 2, 3]
@@ -69,13 +71,16 @@ def test_expansion_respects_its_bounds() -> None:
     def expand(chosen, candidates):
         return torch.log_softmax(torch.randn(len(chosen), 50, generator=generator), dim=-1)
 
-    for shape in (TreeShape(3, 2, 4), TreeShape(4, 5, 16), TreeShape(8, 6, 60), TreeShape(1, 4, 30)):
+    for shape in (TreeShape(3, 2, 4, 0), TreeShape(4, 5, 16, 0), TreeShape(8, 6, 60, 0), TreeShape(4, 5, 16)):
         root = torch.log_softmax(torch.randn(50, generator=generator), dim=-1)
-        tree, _ = grow_tree(7, root, expand, shape)
+        tree, candidates = grow_tree(7, root, expand, shape)
         assert len(tree) <= shape.max_nodes and tree.depth() <= shape.max_depth
         assert all(0 <= parent < node for node, parent in enumerate(tree.parents[1:], start=1))
-    chain, _ = grow_tree(7, root, expand, TreeShape(1, 4, 30))
+        assert all(c.score >= math.log(shape.min_prob) for c in candidates if shape.min_prob)
+    chain, _ = grow_tree(7, root, expand, TreeShape(1, 4, 30, 0))
     assert len(chain) == 5 and chain.depth() == 4  # top_k 1: one path as deep as allowed
+    unsure = torch.full((50,), math.log(1 / 50))
+    assert grow_tree(7, unsure, expand, TreeShape(min_prob=0.05))[0] == DraftTree.root_only(7)
 
 
 @pytest.fixture(scope="module")
@@ -86,10 +91,14 @@ def loaded():
 
 @pytest.fixture(scope="module")
 def head_dir(loaded, tmp_path_factory):
-    """A randomly initialised head for the packaged model, saved as a checkpoint."""
+    """A randomly initialised head for the packaged model, saved as a checkpoint.
+    Its logits are scaled up so that it is sure of its (wrong) drafts and grows
+    full trees for the verifier to reject."""
     torch.manual_seed(18)
     head = Eagle3Head(HeadConfig.from_target(loaded.model.config, draft_vocab_size=2048))
     head.set_draft_vocab(torch.randperm(loaded.model.config.vocab_size)[:2048].sort().values)
+    with torch.no_grad():
+        head.lm_head.weight.mul_(50)
     return checkpoint.save(head, tmp_path_factory.mktemp("eagle3"), verifier="smollm2")
 
 
@@ -112,7 +121,7 @@ def test_greedy_with_eagle3_drafts_is_token_for_token_plain_greedy(loaded, head_
         steps = list(decode(verifier, prompt, options, recording))
         assert [token for step in steps for token in step.tokens] == plain
         assert len(plain) == 24
-        assert sum(tree.num_drafts for tree in recording.trees) > 0
+        assert sum(tree.num_drafts for tree in recording.trees) >= 5 * len(recording.trees[1:])
         assert all(len(tree) <= shape.max_nodes and tree.depth() <= shape.max_depth for tree in recording.trees)
 
 
