@@ -52,11 +52,13 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
     from prometheus_client import CollectorRegistry
 
-    from backends.engine.drafters import make_drafter_factory
+    from backends.engine.drafters import make_drafter_factory, shipped_head
     from backends.engine.generate import EngineGenerator
     from backends.engine.loading import load_model
     from backends.serving import VllmMetrics, create_openai_app
 
+    if args.drafter == "eagle3" and not args.no_speculation:
+        shipped_head()  # a missing head is reported before the model loads
     loaded = load_model(args.model)
     name = args.served_model_name or loaded.source.name
     factory = None if args.no_speculation else make_drafter_factory(args.drafter, loaded.model)
