@@ -50,6 +50,11 @@ class GatewayMetrics:
         self.predicted_e2e = Histogram("specgate_predicted_e2e_seconds",
                                        "Predicted end-to-end time of the pool a fastest route chose",
                                        ["pool"], buckets=LATENCY_BUCKETS, registry=r)
+        self.state_up = Gauge("specgate_state_up",
+                              "1 when the shared state store (Redis) answered the last command", registry=r)
+        self.state_errors = Counter("specgate_state_errors",
+                                    "Shared state store commands that failed, by the part that ran them",
+                                    ["part"], registry=r)
         self.overhead = Histogram("specgate_overhead_seconds",
                                   "Time spent in the gateway before the backend request is sent",
                                   buckets=OVERHEAD_BUCKETS, registry=r)

@@ -36,3 +36,8 @@ class Settings(BaseSettings):
     api_keys: str | None = Field(default=None, repr=False)  # "key1,key2:pool+pool"
     api_keys_file: Path | None = None
     drain_timeout_s: float = 30.0
+    # Shared state: unset, one process decides alone. redis://, rediss:// or unix:// (Redis or Valkey).
+    state_url: str | None = Field(default=None, repr=False)  # may carry a password
+    state_namespace: str = "default"  # keys are specgate:{namespace}:..., so fleets can share a Redis
+    state_timeout_s: float = 1.0  # one Redis command or connection attempt, in background tasks only
+    state_start_wait_s: float = 2.0  # at start-up, how long to wait for the shared overrides

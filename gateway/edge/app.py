@@ -35,6 +35,7 @@ from gateway.edge.middleware import FastHandler, HeaderLimitMiddleware, RequestI
 from gateway.flags import FlagStore, PoolFlag, reason_word
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
+from gateway.state.store import StateStore
 from gateway.upstream.meter import Measurement
 from gateway.upstream.pools import Endpoint, HealthMonitor, Pool
 from gateway.upstream.runtime import Runtime
@@ -60,6 +61,7 @@ class GatewayParts:
     def __init__(self, settings: Settings, policy: Policy) -> None:
         self.settings = settings
         self.metrics = GatewayMetrics()
+        self.state = state_store(settings, self.metrics)  # before the parts that share through it
         self.runtime = Runtime(policy)
         self.flags = FlagStore(policy.speculative_pools)
         self.class_latency = ClassLatency()
@@ -137,6 +139,8 @@ class GatewayParts:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         self.watch_pools()
+        if self.state is not None:
+            self.state.start()
         interval = self.settings.policy_watch_interval_s
         tasks = [asyncio.create_task(self.reloader.watch(interval)), asyncio.create_task(self.guard.run())]
         if self.flag_file is not None:
@@ -158,6 +162,8 @@ class GatewayParts:
         await self.health.stop()
         await self.health.client.aclose()
         await self.runtime.aclose()
+        if self.state is not None:
+            await self.state.aclose()
         self.log.info("stopped")  # after the drain (or its timeout)
 
     async def healthz(self, request: Request) -> Response:
@@ -188,6 +194,13 @@ def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
     app.state.guard = parts.guard
     app.state.parts = parts
     return app
+
+
+def state_store(settings: Settings, metrics: GatewayMetrics) -> StateStore | None:
+    """The shared state store when SPECGATE_STATE_URL is set; None: this process decides alone."""
+    if not settings.state_url:
+        return None
+    return StateStore(settings.state_url, settings.state_namespace, metrics, settings.state_timeout_s)
 
 
 def latency_model(policy: Policy) -> LatencyModel:

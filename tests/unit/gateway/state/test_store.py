@@ -1,0 +1,72 @@
+"""StateStore against a real redis-server: keys, up and down, one warning per outage."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import structlog
+
+from gateway.metrics import GatewayMetrics
+from gateway.state.store import STATE_ERRORS, StateStore, backoff
+from tests.fakes.process import free_port
+from tests.fakes.redis_server import RedisServer
+
+
+def gauge(metrics: GatewayMetrics, name: str) -> float | None:
+    return metrics.registry.get_sample_value(name)
+
+
+def test_keys_are_namespaced() -> None:
+    async def main() -> None:
+        store = StateStore("redis://127.0.0.1:1/0", namespace="blue")
+        assert store.key("overrides") == "specgate:blue:overrides"
+        await store.aclose()
+    asyncio.run(main())
+
+
+def test_backoff_doubles_and_is_capped() -> None:
+    assert backoff(0.5, 0) == 0.5
+    assert backoff(0.1, 1) == 0.2
+    assert backoff(0.5, 10) == 1.0
+
+
+def test_up_down_and_one_warning_per_outage(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "redis").start()
+    metrics = GatewayMetrics()
+
+    async def main() -> list[str]:
+        store = StateStore(server.url, metrics=metrics, timeout_s=0.5)
+        with structlog.testing.capture_logs() as logs:
+            store.start()
+            assert await store.wait_up(10)
+            assert gauge(metrics, "specgate_state_up") == 1
+            server.kill()
+            while store.up:
+                await asyncio.sleep(0.05)
+            assert gauge(metrics, "specgate_state_up") == 0
+            await asyncio.sleep(1.5)  # several failed pings: still one warning
+            server.start()
+            assert await store.wait_up(10)
+            await store.aclose()
+        return [entry["event"] for entry in logs]
+
+    try:
+        events = asyncio.run(main())
+    finally:
+        server.stop()
+    assert events.count("state_store_down") == 1
+    assert events.count("state_store_up") == 1
+    assert (metrics.registry.get_sample_value("specgate_state_errors_total", {"part": "ping"}) or 0) >= 2
+
+
+def test_a_store_that_never_answers_is_down_and_run_raises() -> None:
+    async def main() -> None:
+        store = StateStore(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.2)
+        assert not await store.wait_up(0.3)
+        with pytest.raises(STATE_ERRORS):
+            await store.run("test", lambda client: client.ping())
+        assert not store.up and store.down_since is not None
+        await store.aclose()
+    asyncio.run(main())
