@@ -42,6 +42,9 @@ class GatewayMetrics:
                                   registry=r)
         self.guard_up = Gauge("specgate_guard_up", "1 when the guard's last check read its metrics",
                               registry=r)
+        self.guard_leader = Gauge("specgate_guard_leader",
+                                  "1 while this process's guard leads (runs the checks); 0 while it follows",
+                                  registry=r)
         self.policy_reloads = Counter("specgate_policy_reloads", "Policy reloads, by result",
                                       ["result"], registry=r)
         self.route_decisions = Counter("specgate_route_decisions",

@@ -41,3 +41,6 @@ class Settings(BaseSettings):
     state_namespace: str = "default"  # keys are specgate:{namespace}:..., so fleets can share a Redis
     state_timeout_s: float = 1.0  # one Redis command or connection attempt, in background tasks only
     state_start_wait_s: float = 2.0  # at start-up, how long to wait for the shared overrides
+    # With a state URL one guard leads: a lease of this TTL, renewed (and tried by the others) this often
+    guard_lease_ttl_s: float = Field(default=3.0, gt=0)
+    guard_lease_renew_s: float = Field(default=1.0, gt=0)  # under the TTL; also how often followers re-read
