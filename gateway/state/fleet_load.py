@@ -141,6 +141,7 @@ class FleetLoad:
         self._script = store.client.register_script(_REFRESH)
         self._others = NOWHERE
         self._read_at = -float("inf")
+        self.refreshes = 0  # successful publish-and-reads
         self._loop = Repeating(store, "fleet_load", self.refresh, refresh_s)
 
     def others(self) -> Elsewhere:
@@ -159,6 +160,7 @@ class FleetLoad:
             raise
         self._others = summed(list(hashes))
         self._read_at = self.clock()
+        self.refreshes += 1
 
     def start(self) -> None:
         self._loop.start()

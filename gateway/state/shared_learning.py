@@ -91,6 +91,7 @@ class SharedLearning:
         self._buffer: deque[Observation] = deque(maxlen=max_buffered)
         self._last_id: bytes | str | None = None  # None: not placed at the tail yet
         self._loop = Repeating(store, "shared_learning", self.exchange, flush_s)
+        self.sent = 0  # this replica's observations written to the stream
         self.received = 0  # others' observations fed to the model
 
     def record(self, observation: Observation) -> None:
@@ -114,6 +115,7 @@ class SharedLearning:
                 return list(await pipe.execute())
 
         results = await self.store.run("shared_learning", step)
+        self.sent += len(batch)
         self._take(results[-1])
 
     def _take(self, streams: Any) -> None:
