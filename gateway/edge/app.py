@@ -35,6 +35,7 @@ from gateway.edge.middleware import FastHandler, HeaderLimitMiddleware, RequestI
 from gateway.flags import FlagStore, PoolFlag, reason_word
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
+from gateway.state.overrides import SharedOverrides
 from gateway.state.store import StateStore
 from gateway.upstream.meter import Measurement
 from gateway.upstream.pools import Endpoint, HealthMonitor, Pool
@@ -64,6 +65,7 @@ class GatewayParts:
         self.state = state_store(settings, self.metrics)  # before the parts that share through it
         self.runtime = Runtime(policy)
         self.flags = FlagStore(policy.speculative_pools)
+        self.overrides = SharedOverrides(self.state, self.flags) if self.state is not None else None
         self.class_latency = ClassLatency()
         self.latency = latency_model(policy)
         self.proxy = ProxyEndpoints(settings, self.runtime, self.flags, self.metrics,
@@ -78,7 +80,7 @@ class GatewayParts:
             self.sources["prometheus"] = PrometheusSource(settings.prometheus_url)
         self.guard = Guard(self.runtime, self.flags, self.metrics, self.sources, class_latency=self.class_latency)
         self.admin = AdminAPI(settings.admin_token, self.proxy, self.flags, self.reloader,
-                              guard_status=self.guard.status)
+                              guard_status=self.guard.status, overrides=self.overrides)
         self.flags.add_listener(self.record_flag)
         self.flag_file = FlagFile(settings.flags_file, self.flags) if settings.flags_file else None
         if self.flag_file is not None:
@@ -141,6 +143,8 @@ class GatewayParts:
         self.watch_pools()
         if self.state is not None:
             self.state.start()
+        if self.overrides is not None:  # the stored modes before serving, if Redis answers in time
+            await self.overrides.start(self.settings.state_start_wait_s)
         interval = self.settings.policy_watch_interval_s
         tasks = [asyncio.create_task(self.reloader.watch(interval)), asyncio.create_task(self.guard.run())]
         if self.flag_file is not None:
@@ -162,6 +166,8 @@ class GatewayParts:
         await self.health.stop()
         await self.health.client.aclose()
         await self.runtime.aclose()
+        if self.overrides is not None:
+            await self.overrides.aclose()
         if self.state is not None:
             await self.state.aclose()
         self.log.info("stopped")  # after the drain (or its timeout)
