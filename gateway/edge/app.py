@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import signal
+import socket
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
 import httpx
@@ -35,7 +38,9 @@ from gateway.edge.middleware import FastHandler, HeaderLimitMiddleware, RequestI
 from gateway.flags import FlagStore, PoolFlag, reason_word
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
+from gateway.state.fleet_load import FleetLoad
 from gateway.state.overrides import SharedOverrides
+from gateway.state.shared_learning import Observation, SharedLearning
 from gateway.state.store import StateStore
 from gateway.upstream.meter import Measurement
 from gateway.upstream.pools import Endpoint, HealthMonitor, Pool
@@ -68,6 +73,7 @@ class GatewayParts:
         self.overrides = SharedOverrides(self.state, self.flags) if self.state is not None else None
         self.class_latency = ClassLatency()
         self.latency = latency_model(policy)
+        self.fleet, self.learning = self._shared_routing()
         self.proxy = ProxyEndpoints(settings, self.runtime, self.flags, self.metrics,
                                     ClientKeys.load(settings.api_keys, settings.api_keys_file),
                                     class_latency=self.class_latency, latency=self.latency)
@@ -117,6 +123,22 @@ class GatewayParts:
         if measurement.streamed and measurement.traffic_class is not None:
             self.latency.observe(measurement.pool, measurement.traffic_class, measurement.load,
                                  measurement.ttft_s, measurement.tpot_s)
+            if self.learning is not None:  # shared with the other replicas at the next flush
+                self.learning.record(Observation(measurement.pool, measurement.traffic_class, measurement.load,
+                                                 measurement.ttft_s, measurement.tpot_s))
+
+    def learned(self, seen: Observation) -> None:
+        """Another replica's observation: into this replica's model as if made here."""
+        self.latency.observe(seen.pool, seen.cls, seen.load, seen.ttft_s, seen.tpot_s)
+
+    def _shared_routing(self) -> tuple[FleetLoad | None, SharedLearning | None]:
+        """With shared state: the fleet's load for routing, and the latency model's observations merged."""
+        if self.state is None:
+            return None, None
+        replica = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        fleet = FleetLoad(self.state, replica, self.runtime.counts)
+        self.runtime.others = fleet.others
+        return fleet, SharedLearning(self.state, replica, self.learned)
 
     def record_flag(self, pool: str, before: PoolFlag, after: PoolFlag) -> None:
         self.metrics.speculative_enabled.labels(pool).set(int(after.routable))
@@ -143,6 +165,9 @@ class GatewayParts:
         self.watch_pools()
         if self.state is not None:
             self.state.start()
+        for shared in (self.fleet, self.learning):
+            if shared is not None:
+                shared.start()
         if self.overrides is not None:  # the stored modes before serving, if Redis answers in time
             await self.overrides.start(self.settings.state_start_wait_s)
         interval = self.settings.policy_watch_interval_s
@@ -168,6 +193,9 @@ class GatewayParts:
         await self.runtime.aclose()
         if self.overrides is not None:
             await self.overrides.aclose()
+        for shared in (self.fleet, self.learning):
+            if shared is not None:
+                await shared.aclose()
         if self.state is not None:
             await self.state.aclose()
         self.log.info("stopped")  # after the drain (or its timeout)
