@@ -10,10 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import os
 import signal
-import socket
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
 import httpx
@@ -25,8 +22,11 @@ from starlette.routing import BaseRoute, Route
 
 from gateway.control.flag_file import FlagFile
 from gateway.control.guard import Guard
+from gateway.control.leader import Leader
+from gateway.control.leader import holder_name
 from gateway.control.reload import PolicyReloader
 from gateway.control.signals import PrometheusSource, ScrapeSource
+from gateway.control.verdicts import SharedVerdicts
 from gateway.decide.latency import LatencyModel
 from gateway.decide.policy import Policy, load_policy
 from gateway.decide.traffic import ClassLatency
@@ -84,7 +84,9 @@ class GatewayParts:
         self.sources: SignalSources = {"scrape": ScrapeSource()}
         if settings.prometheus_url:
             self.sources["prometheus"] = PrometheusSource(settings.prometheus_url)
-        self.guard = Guard(self.runtime, self.flags, self.metrics, self.sources, class_latency=self.class_latency)
+        self.verdicts = self._guard_verdicts()
+        self.guard = Guard(self.runtime, self.flags, self.metrics, self.sources, class_latency=self.class_latency,
+                           leadership=self.verdicts.leader if self.verdicts else None, sink=self.verdicts)
         self.admin = AdminAPI(settings.admin_token, self.proxy, self.flags, self.reloader,
                               guard_status=self.guard.status, overrides=self.overrides)
         self.flags.add_listener(self.record_flag)
@@ -135,18 +137,29 @@ class GatewayParts:
         """With shared state: the fleet's load for routing, and the latency model's observations merged."""
         if self.state is None:
             return None, None
-        replica = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        replica = holder_name()  # this process, as the fleet's keys name it
         fleet = FleetLoad(self.state, replica, self.runtime.counts)
         self.runtime.others = fleet.others
         return fleet, SharedLearning(self.state, replica, self.learned)
+
+    def _guard_verdicts(self) -> SharedVerdicts | None:
+        """With shared state one guard leads and the others apply its verdicts; alone, it leads."""
+        self.metrics.guard_leader.set(int(self.state is None))
+        if self.state is None:
+            return None
+        s = self.settings
+        leader = Leader(self.state, ttl_s=s.guard_lease_ttl_s, renew_s=s.guard_lease_renew_s,
+                        on_change=self.metrics.guard_leader.set)
+        return SharedVerdicts(self.state, leader, self.flags, self.runtime.reported, read_s=s.guard_lease_renew_s)
 
     def record_flag(self, pool: str, before: PoolFlag, after: PoolFlag) -> None:
         self.metrics.speculative_enabled.labels(pool).set(int(after.routable))
         if before.routable != after.routable:
             self.metrics.flag_flips.labels(pool, reason_word(after.reason)).inc()
-        self.log.info("flag_changed", pool=pool, mode=after.mode.value, enabled=after.routable,
-                      reason=after.reason, evidence=dict(after.evidence),
-                      disabled_classes=sorted(after.disabled_classes))
+        following = self.verdicts is not None and self.verdicts.applying  # the leader logs the flip
+        log = self.log.debug if following else self.log.info
+        log("flag_changed", pool=pool, mode=after.mode.value, enabled=after.routable,
+            reason=after.reason, evidence=dict(after.evidence), disabled_classes=sorted(after.disabled_classes))
 
     def watch_pools(self) -> None:
         """Health checks on the pools in force, and their endpoints' gauges."""
@@ -165,7 +178,7 @@ class GatewayParts:
         self.watch_pools()
         if self.state is not None:
             self.state.start()
-        for shared in (self.fleet, self.learning):
+        for shared in (self.fleet, self.learning, self.verdicts):
             if shared is not None:
                 shared.start()
         if self.overrides is not None:  # the stored modes before serving, if Redis answers in time
@@ -193,7 +206,7 @@ class GatewayParts:
         await self.runtime.aclose()
         if self.overrides is not None:
             await self.overrides.aclose()
-        for shared in (self.fleet, self.learning):
+        for shared in (self.fleet, self.learning, self.verdicts):
             if shared is not None:
                 await shared.aclose()
         if self.state is not None:
