@@ -18,6 +18,7 @@ to the gateway's own count), as when the guard cannot read its source.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Mapping
@@ -75,6 +76,20 @@ class SharedVerdicts:
         self.stored_token: int | None = None  # the token on the verdicts last read or written
         self.stored_holder: str | None = None
         self._write = store.client.register_script(WRITE)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        """The lease loop and the follower's loop, in the background."""
+        self._tasks = [asyncio.create_task(self.leader.run()), asyncio.create_task(self.run())]
+
+    async def aclose(self) -> None:
+        """Stop both loops and free the lease, so another guard leads at once."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        with contextlib.suppress(*STATE_ERRORS):
+            await self.leader.release()
 
     # Leading -------------------------------------------------------------------
 

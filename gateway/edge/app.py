@@ -22,8 +22,7 @@ from starlette.routing import BaseRoute, Route
 
 from gateway.control.flag_file import FlagFile
 from gateway.control.guard import Guard
-from gateway.control.leader import Leader
-from gateway.control.leader import holder_name
+from gateway.control.leader import Leader, holder_name
 from gateway.control.reload import PolicyReloader
 from gateway.control.signals import PrometheusSource, ScrapeSource
 from gateway.control.verdicts import SharedVerdicts
