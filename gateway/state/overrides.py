@@ -10,7 +10,9 @@ A write takes a new version, stores the entry and announces it in one script,
 so the hash always holds each pool's newest override. Every replica applies
 what it hears on the channel at once and reads the whole hash every
 `full_read_s`, so a lost message (or a replica that was cut off) catches up
-within that time; an entry older than the one applied is ignored. The modes
+within that time. An announced entry older than the one applied is ignored;
+what the hash holds is applied whatever its version (after the store lost its
+data, versions start again from 1). The modes
 land in the local `FlagStore`, which the request path reads: nothing there
 waits for Redis. The guard's verdicts are not touched: a mode combines with
 them as it does in one process (see `gateway/flags.py`).
@@ -160,7 +162,7 @@ class SharedOverrides:
             stored: Mapping[bytes | str, bytes | str] = await self.store.run(
                 PART, lambda client: client.hgetall(self.hash_key))
             for raw in stored.values():
-                self._apply_raw(raw)
+                self._apply_raw(raw, stored=True)
 
     async def _listen(self) -> None:
         """Subscribe and apply each announced override until the connection breaks."""
@@ -177,27 +179,30 @@ class SharedOverrides:
                     raise
                 if message is not None and message.get("type") == "message":
                     async with self._lock:
-                        self._apply_raw(message["data"])
+                        self._apply_raw(message["data"], stored=False)
         finally:
             self._listening = False
             await pubsub.aclose()  # type: ignore[no-untyped-call]  # the client leaves this one unannotated
 
-    def _apply_raw(self, raw: bytes | str) -> None:
+    def _apply_raw(self, raw: bytes | str, stored: bool) -> None:
         override = Override.parse(raw)
         if override is None:
             self.log.warning("override_unreadable", key=self.hash_key, entry=str(raw)[:200])
             return
-        self._apply(override)
+        self._apply(override, stored)
 
-    def _apply(self, override: Override) -> None:
-        """The newest version wins; one this replica still has to write waits its turn."""
+    def _apply(self, override: Override, stored: bool = True) -> None:
+        """Apply an override read from the hash (`stored`: the newest there is, even
+        when its version is lower than the one applied, as after the store lost its
+        data) or announced (applied only when not older than the one applied).
+        One this replica still has to write waits its turn."""
         current = self.applied.get(override.pool)
-        if current is not None and override.version < current.version:
+        if not stored and current is not None and override.version < current.version:
             return
         if override.pool in self.pending or override.pool not in self.flags.snapshot():
             return  # an unknown pool: applied by a later read if a reload adds it
         self.flags.set_mode(override.pool, override.mode, reason=override.reason)
-        if current is None or override.version > current.version:
+        if current != override:
             self.applied_at[override.pool] = self.clock()
         self.applied[override.pool] = override
 

@@ -95,7 +95,13 @@ def test_a_redis_sigkill_under_load_fails_no_request_and_converges_after(fleet) 
     for replica in replicas:
         assert replica.log_text().count("state_store_down") == 1, replica.name  # one warning per outage
 
+    held = b.put_mode("speculative", "force_on")  # while the store is down: holds on B, written later
+    assert held.status_code == 202 and held.json()["speculative"]["override"]["pending"] is True
+    assert b.flags()["speculative"]["mode"] == "force_on"
+    assert a.flags()["speculative"]["mode"] == c.flags()["speculative"]["mode"] == "force_off"
+
     redis.start()  # the same port and data directory
     wait_until(lambda: all(r.metric("specgate_state_up") == 1 for r in replicas), "every replica sees it back")
-    assert c.put_mode("speculative", "force_on").status_code == 200
-    wait_until(lambda: all_show(replicas, "force_on"), "a new override reaches every replica")
+    wait_until(lambda: all_show(replicas, "force_on"), "B's held override reaches every replica")
+    assert c.put_mode("speculative", "auto").status_code == 200
+    wait_until(lambda: all_show(replicas, "auto"), "a new override reaches every replica")

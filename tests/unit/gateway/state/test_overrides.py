@@ -79,9 +79,9 @@ def test_the_newest_version_wins_and_a_lost_message_is_caught_up(tmp_path: Path)
                                   b'{"pool": "draft", "mode": "force_off", "reason": "admin:force_off",'
                                   b' "written_at": "0", "version": 1000}')
         await until(lambda: b.mode("draft") is Mode.FORCE_OFF, "B reads the unannounced override")
-        # An older version than the one applied is ignored.
+        # An announced version older than the one applied is ignored.
         b.overrides._apply_raw(b'{"pool": "draft", "mode": "auto", "reason": "old", "written_at": "0",'
-                               b' "version": 999}')
+                               b' "version": 999}', stored=False)
         assert b.mode("draft") is Mode.FORCE_OFF
         await a.aclose()
         await b.aclose()
@@ -123,3 +123,21 @@ def test_start_does_not_wait_past_its_bound_when_the_store_is_down(tmp_path: Pat
         await replica.aclose()
 
     asyncio.run(scenario())
+
+
+def test_a_store_that_lost_its_data_still_carries_new_overrides(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "redis").start()
+
+    async def scenario() -> None:
+        a, b = await Replica(server.url).start(), await Replica(server.url).start()
+        for _ in range(3):
+            await a.overrides.set("speculative", Mode.FORCE_OFF, "admin:force_off")
+        await until(lambda: b.overrides.describe("speculative")["version"] == 3, "B applies version 3")
+        await a.store.client.flushall()  # versions start again from 1
+        await a.overrides.set("speculative", Mode.FORCE_ON, "admin:force_on")
+        await until(lambda: b.mode("speculative") is Mode.FORCE_ON, "B applies the lower version the hash holds")
+        assert b.overrides.describe("speculative")["version"] == 1
+        await a.aclose()
+        await b.aclose()
+
+    run(server, scenario)
