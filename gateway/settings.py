@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+STATE_URL_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 def default_policy_path() -> Path:
@@ -44,3 +46,13 @@ class Settings(BaseSettings):
     # With a state URL one guard leads: a lease of this TTL, renewed (and tried by the others) this often
     guard_lease_ttl_s: float = Field(default=3.0, gt=0)
     guard_lease_renew_s: float = Field(default=1.0, gt=0)  # under the TTL; also how often followers re-read
+
+    @field_validator("state_url")
+    @classmethod
+    def _state_url_scheme(cls, url: str | None) -> str | None:
+        """An empty URL is no URL (one process); any other must name a Redis or Valkey."""
+        url = (url or "").strip()
+        if url and not url.startswith(STATE_URL_SCHEMES):
+            raise ValueError("SPECGATE_STATE_URL must start with redis://, rediss:// or unix:// "
+                             "(a Redis or Valkey server)")
+        return url or None

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 import structlog
+from pydantic import ValidationError
 
 from gateway.metrics import GatewayMetrics
+from gateway.settings import Settings
 from gateway.state.store import STATE_ERRORS, StateStore, backoff
 from tests.fakes.process import free_port
 from tests.fakes.redis_server import RedisServer
@@ -70,3 +72,12 @@ def test_a_store_that_never_answers_is_down_and_run_raises() -> None:
         assert not store.up and store.down_since is not None
         await store.aclose()
     asyncio.run(main())
+
+
+def test_the_state_url_names_a_redis_or_is_unset() -> None:
+    assert Settings(state_url="").state_url is None
+    assert Settings().state_url is None
+    for url in ("redis://127.0.0.1:6379/0", "rediss://u:p@example.com:6380/0", "unix:///run/redis.sock?db=1"):
+        assert Settings(state_url=url).state_url == url
+    with pytest.raises(ValidationError, match="redis://, rediss:// or unix://"):
+        Settings(state_url="http://127.0.0.1:6379")
