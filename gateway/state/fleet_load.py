@@ -102,11 +102,13 @@ def summed(hashes: list[Any]) -> Elsewhere:
     for flat in hashes:
         if not isinstance(flat, list):
             continue
-        live += 1  # a live replica with nothing in flight publishes an empty hash
+        live += 1  # a live replica with nothing in flight has no hash: an empty list
         for raw_name, raw_count in zip(flat[::2], flat[1::2], strict=False):
             try:
                 name, count = _text(raw_name), int(raw_count)
             except (UnicodeDecodeError, ValueError, TypeError):
+                continue
+            if count < 0:
                 continue
             kind, _, rest = name.partition("\t")
             if kind == POOL:

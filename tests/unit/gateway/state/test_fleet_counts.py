@@ -37,7 +37,7 @@ def test_the_other_replicas_hashes_add_up_and_garbage_is_skipped():
     one = [b"p\ta", b"2", b"e\ta\thttp://h:1", b"2"]
     two = [b"p\ta", b"3", b"p\tb", b"1", b"e\ta\thttp://h:1", b"1", b"e\ta\thttp://h:2", b"2"]
     idle: list[bytes] = []
-    junk = [b"p\ta", b"many", b"x\ta", b"9", b"e\tno-url", b"4", b"\xff\xfe", b"1"]
+    junk = [b"p\ta", b"many", b"x\ta", b"9", b"e\tno-url", b"4", b"\xff\xfe", b"1", b"p\tb", b"-7"]
     total = summed([one, two, idle, junk, "not a hash"])
     assert dict(total.pools) == {"a": 5, "b": 1}
     assert dict(total.endpoint_counts("a")) == {"http://h:1": 3, "http://h:2": 2}
