@@ -141,3 +141,22 @@ def test_a_store_that_lost_its_data_still_carries_new_overrides(tmp_path: Path) 
         await b.aclose()
 
     run(server, scenario)
+
+
+def test_a_paused_store_holds_a_put_here_and_takes_it_when_it_resumes(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "redis").start()
+
+    async def scenario() -> None:
+        a, b = await Replica(server.url).start(), await Replica(server.url).start()
+        server.pause()  # SIGSTOP: connections stay open, nothing answers
+        try:
+            flag, shared = await a.overrides.set("speculative", Mode.FORCE_OFF, "admin:force_off")
+            assert not shared and flag.mode is Mode.FORCE_OFF and not a.store.up
+        finally:
+            server.resume()
+        await until(lambda: b.mode("speculative") is Mode.FORCE_OFF, "B applies it once Redis answers")
+        assert not a.overrides.describe("speculative")["pending"]
+        await a.aclose()
+        await b.aclose()
+
+    run(server, scenario)
