@@ -84,9 +84,7 @@ class SharedVerdicts:
 
     async def aclose(self) -> None:
         """Stop both loops and free the lease, so another guard leads at once."""
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await stop(self._tasks)
         self._tasks.clear()
         with contextlib.suppress(*STATE_ERRORS):
             await self.leader.release()
@@ -138,8 +136,7 @@ class SharedVerdicts:
                     if listener.done():
                         listener.result()  # its error ends the subscription
             finally:
-                listener.cancel()
-                await asyncio.gather(listener, return_exceptions=True)
+                await stop([listener])
         finally:
             await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves PubSub.aclose unannotated
 
@@ -184,6 +181,16 @@ class SharedVerdicts:
     def status(self) -> dict[str, Any]:
         return {"stored_token": self.stored_token, "stored_holder": self.stored_holder,
                 "written": self.written, "refused": self.refused}
+
+
+async def stop(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel the tasks and wait for them to end, cancelling again any that swallowed
+    the request (a cancel racing a read timeout inside the client can be lost)."""
+    while pending := [task for task in tasks if not task.done()]:
+        for task in pending:
+            task.cancel()
+        await asyncio.wait(pending, timeout=0.1)
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _text(value: bytes | str) -> str:

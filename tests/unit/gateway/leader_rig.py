@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.control.leader import Leader
-from gateway.control.verdicts import SharedVerdicts
+from gateway.control.verdicts import SharedVerdicts, stop
 from gateway.flags import FlagStore
 from gateway.load import LoadReport
 from gateway.state.store import StateStore
@@ -54,10 +54,8 @@ class Replica:
 
     async def die(self) -> None:
         """Stop renewing without giving the lease up, as a killed process would."""
-        if self.task is None:
-            return
-        self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
+        if self.task is not None:
+            await stop([self.task])
 
     async def aclose(self) -> None:
         await self.die()

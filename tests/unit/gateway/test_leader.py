@@ -9,6 +9,7 @@ import json
 import pytest
 
 from gateway.control.leader import Leader
+from gateway.control.verdicts import stop
 from gateway.flags import PoolFlag
 from gateway.state.store import StateStore
 from tests.unit.gateway.leader_rig import TTL_S, Replica, leaders, redis_url, replicas, wait_for
@@ -130,7 +131,5 @@ def test_followers_apply_the_leaders_verdicts_even_without_the_message(redis_url
                 await wait_for(lambda: b.flags.get("spec").guard_enabled, "b reads it again")
                 assert a.flags.get("spec").reason == "initial"  # the leader's flags are its own guard's
             finally:
-                for task in follow:
-                    task.cancel()
-                await asyncio.gather(*follow, return_exceptions=True)
+                await stop(follow)
     asyncio.run(main())

@@ -8,6 +8,7 @@ import asyncio
 import json
 
 from gateway.control.guard import Guard
+from gateway.control.verdicts import stop
 from gateway.metrics import GatewayMetrics
 from gateway.upstream.runtime import Runtime
 from tests.unit.gateway.leader_rig import Replica, redis_url, replicas, wait_for
@@ -73,6 +74,5 @@ def test_the_leader_judges_the_follower_follows_a_new_leader_holds(redis_url: st
                 assert int(stored[b"token"]) == b.leader.lead()
                 assert json.loads(stored[b"verdicts"])["pools"]["speculative"]["guard_enabled"] is True
             finally:
-                following.cancel()
-                await asyncio.gather(following, return_exceptions=True)
+                await stop([following])
     asyncio.run(main())
