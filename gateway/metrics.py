@@ -58,6 +58,12 @@ class GatewayMetrics:
         self.state_errors = Counter("specgate_state_errors",
                                     "Shared state store commands that failed, by the part that ran them",
                                     ["part"], registry=r)
+        self.fleet_replicas = Gauge("specgate_fleet_replicas",
+                                    "Other live replicas whose in-flight counts routing adds (shared state)",
+                                    registry=r)
+        self.shared_observations = Counter("specgate_shared_observations",
+                                           "Latency observations shared with the other replicas, by direction",
+                                           ["direction"], registry=r)
         self.overhead = Histogram("specgate_overhead_seconds",
                                   "Time spent in the gateway before the backend request is sent",
                                   buckets=OVERHEAD_BUCKETS, registry=r)

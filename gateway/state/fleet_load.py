@@ -158,11 +158,16 @@ class FleetLoad:
             hashes = await self.store.run("fleet_load", lambda client: self._script(keys=keys, args=args))
         except STATE_ERRORS:
             if self.clock() - self._read_at > self.ttl_s:
-                self._others = NOWHERE
+                self._publish(NOWHERE)
             raise
-        self._others = summed(list(hashes))
+        self._publish(summed(list(hashes)))
         self._read_at = self.clock()
         self.refreshes += 1
+
+    def _publish(self, others: Elsewhere) -> None:
+        self._others = others
+        if self.store.metrics is not None:
+            self.store.metrics.fleet_replicas.set(others.replicas)
 
     def start(self) -> None:
         self._loop.start()

@@ -116,7 +116,11 @@ class SharedLearning:
 
         results = await self.store.run("shared_learning", step)
         self.sent += len(batch)
+        received = self.received
         self._take(results[-1])
+        if self.store.metrics is not None:
+            self.store.metrics.shared_observations.labels("sent").inc(len(batch))
+            self.store.metrics.shared_observations.labels("received").inc(self.received - received)
 
     def _take(self, streams: Any) -> None:
         for _key, entries in streams or []:

@@ -51,3 +51,7 @@ def test_observations_made_on_replica_a_show_up_in_replica_bs_latency_model(pair
     assert {p["class"] for p in on_b["pairs"]} == {p["class"] for p in a.latency()["pairs"]}
     assert b.parts.learning.sent == 0  # B served nothing: all it holds came from A
     assert a.parts.learning.received == 0  # and A does not read its own entries back
+    sent = a.parts.metrics.registry.get_sample_value("specgate_shared_observations_total", {"direction": "sent"})
+    got = b.parts.metrics.registry.get_sample_value("specgate_shared_observations_total",
+                                                    {"direction": "received"})
+    assert sent == a.parts.learning.sent >= 3 and got == b.parts.learning.received

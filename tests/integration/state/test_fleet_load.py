@@ -97,6 +97,7 @@ def test_a_burst_through_replica_a_moves_replica_bs_routing_within_the_refresh_b
         assert after["features"]["load"]["speculative"] >= BURST
         assert (after["pool"], after["rule"]) == ("standard", "busy")
         assert b.parts.runtime.pools["speculative"].in_flight == 0  # none of it is B's own
+        assert b.parts.metrics.registry.get_sample_value("specgate_fleet_replicas") == 1
     finally:
         hold.set()
         close_streams(client, streams)
