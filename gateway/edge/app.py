@@ -196,6 +196,8 @@ class GatewayParts:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.verdicts is not None:  # first, so that another guard leads at once
+            await self.verdicts.aclose()
         if self.flag_file is not None:
             await self.flag_file.flush()
         for source in self.sources.values():
@@ -205,7 +207,7 @@ class GatewayParts:
         await self.runtime.aclose()
         if self.overrides is not None:
             await self.overrides.aclose()
-        for shared in (self.fleet, self.learning, self.verdicts):
+        for shared in (self.fleet, self.learning):
             if shared is not None:
                 await shared.aclose()
         if self.state is not None:
