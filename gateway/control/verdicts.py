@@ -123,22 +123,28 @@ class SharedVerdicts:
         pubsub = self.store.client.pubsub()
         woken = asyncio.Event()
         try:
-            await pubsub.subscribe(self.channel)
-            listener = asyncio.create_task(self._listen(pubsub, woken))
-            try:
-                while True:
-                    woken.clear()
-                    await self.read()
-                    waiter = asyncio.create_task(woken.wait())
-                    await asyncio.wait((waiter, listener), timeout=self.read_s,
-                                       return_when=asyncio.FIRST_COMPLETED)
-                    waiter.cancel()
-                    if listener.done():
-                        listener.result()  # its error ends the subscription
-            finally:
-                await stop([listener])
+            await self._follow(pubsub, woken)
+        except STATE_ERRORS:
+            if self.leader.lead() is None:
+                self.load.clear()  # unknown now, as when the guard cannot read its source
+            raise
         finally:
             await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves PubSub.aclose unannotated
+
+    async def _follow(self, pubsub: PubSub, woken: asyncio.Event) -> None:
+        await pubsub.subscribe(self.channel)
+        listener = asyncio.create_task(self._listen(pubsub, woken))
+        try:
+            while True:
+                woken.clear()
+                await self.read()
+                waiter = asyncio.create_task(woken.wait())
+                await asyncio.wait((waiter, listener), timeout=self.read_s, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if listener.done():
+                    listener.result()  # its error ends the subscription
+        finally:
+            await stop([listener])
 
     @staticmethod
     async def _listen(pubsub: PubSub, woken: asyncio.Event) -> None:
@@ -149,12 +155,7 @@ class SharedVerdicts:
 
     async def read(self) -> None:
         """Read the stored verdicts and, unless this process leads, apply them."""
-        try:
-            stored = await self.store.run("guard_verdicts", lambda client: client.hgetall(self.key))
-        except STATE_ERRORS:
-            if self.leader.lead() is None:
-                self.load.clear()  # unknown now, as when the guard cannot read its source
-            raise
+        stored = await self.store.run("guard_verdicts", lambda client: client.hgetall(self.key))
         if not stored:
             return
         fields = {_text(k): _text(v) for k, v in stored.items()}

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 from gateway.control.guard import Guard
 from gateway.control.verdicts import stop
 from gateway.metrics import GatewayMetrics
 from gateway.upstream.runtime import Runtime
+from tests.fakes.redis_server import RedisServer
 from tests.unit.gateway.leader_rig import Replica, redis_url, replicas, wait_for
 from tests.unit.guard.conftest import FakeClock, FakeSource, make_policy, signals
 
@@ -76,3 +78,47 @@ def test_the_leader_judges_the_follower_follows_a_new_leader_holds(redis_url: st
             finally:
                 await stop([following])
     asyncio.run(main())
+
+
+def test_redis_down_nobody_flips_and_back_up_they_converge(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "redis").start()
+    restarted = RedisServer(server.directory, port=server.port)
+
+    async def main() -> None:
+        async with replicas(server.url, 2, POOLS) as (a, b):
+            lead, follow = Rig(a), Rig(b)
+            a.start()
+            await wait_for(lambda: a.leader.lead() is not None, "a leads")
+            b.start()
+            following = [asyncio.create_task(r.verdicts.run()) for r in (a, b)]
+            try:
+                for _ in range(3):
+                    await lead.check()
+                await wait_for(lambda: not follow.enabled and follow.replica.load.snapshot() != {},
+                               "the follower applies the trip and the load")
+
+                server.kill()
+                await wait_for(lambda: a.leader.lead() is None, "no one leads without Redis")
+                await wait_for(lambda: b.load.snapshot() == {}, "the follower's reported load goes unknown")
+                for rig in (lead, follow):
+                    rig.source.next["speculative"] = GOOD
+                    reads = len(rig.source.reads)
+                    for _ in range(6):
+                        rig.clock.advance(60)
+                        await rig.check()
+                    assert not rig.enabled and len(rig.source.reads) == reads  # no check, no flap
+
+                await asyncio.to_thread(restarted.start)
+                await wait_for(lambda: any(r.leader.lead() is not None for r in (a, b)), "a leader again")
+                now = lead if a.leader.lead() is not None else follow
+                for _ in range(6):
+                    now.clock.advance(60)
+                    await now.check()
+                await wait_for(lambda: lead.enabled and follow.enabled, "both converge on the recovery")
+            finally:
+                await stop(following)
+    try:
+        asyncio.run(main())
+    finally:
+        restarted.stop()
+        server.kill()
