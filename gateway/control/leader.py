@@ -22,7 +22,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -75,6 +75,9 @@ class Leader:
             raise ValueError("the lease must be renewed more often than its TTL")
         self.holder = holder or holder_name()
         self.on_change = on_change
+        # Awaited once the lease is taken, before this process leads: the verdicts
+        # stored by the last leader become this guard's starting point.
+        self.before_leading: Callable[[], Awaitable[None]] | None = None
         self.clock = clock
         self.lease_key = store.key("guard", "lease")
         self.fence_key = store.key("guard", "fence")
@@ -117,6 +120,8 @@ class Leader:
             token = int(await self.store.run("guard_lease", lambda client: self._acquire(
                 keys=[self.lease_key, self.fence_key], args=[self.holder, ttl_ms], client=client)))
             if token:
+                if self.before_leading is not None:
+                    await self.before_leading()
                 self.token, self.valid_until, self.terms = token, sent + self.ttl_s, self.terms + 1
         self.lead()
 

@@ -77,6 +77,12 @@ class SharedVerdicts:
         self.stored_holder: str | None = None
         self._write = store.client.register_script(WRITE)
         self._tasks: list[asyncio.Task[None]] = []
+        leader.before_leading = self.take_over
+
+    async def take_over(self) -> None:
+        """Start from the last leader's verdicts (after a restart of every process, too)."""
+        with contextlib.suppress(*STATE_ERRORS):  # unread: this guard starts from its own flags
+            await self.read()
 
     def start(self) -> None:
         """The lease loop and the follower's loop, in the background."""

@@ -133,3 +133,18 @@ def test_followers_apply_the_leaders_verdicts_even_without_the_message(redis_url
             finally:
                 await stop(follow)
     asyncio.run(main())
+
+
+def test_a_new_leader_starts_from_the_stored_verdicts(redis_url: str) -> None:
+    async def main() -> None:
+        async with replicas(redis_url, 2) as (a, b):
+            a.start()
+            await wait_for(lambda: a.leader.lead() is not None, "a leads")
+            token = a.leader.lead()
+            assert token is not None
+            assert await a.verdicts.publish(token, off("low_acceptance: by a"), {"spec": 4})
+            await a.die()
+            b.start()  # b never followed (it started after a wrote): it reads them on taking the lease
+            await wait_for(lambda: b.leader.lead() is not None, "b leads")
+            assert b.flags.get("spec").reason == "low_acceptance: by a" and b.load.snapshot() == {"spec": 4}
+    asyncio.run(main())
