@@ -52,6 +52,13 @@ class Replica:
     def start(self) -> None:
         self.task = asyncio.create_task(self.leader.run())
 
+    async def leads(self) -> int:
+        """Wait until this replica leads; its fencing token."""
+        await wait_for(lambda: self.leader.lead() is not None, f"{self.leader.holder} leads")
+        token = self.leader.lead()
+        assert token is not None
+        return token
+
     async def die(self) -> None:
         """Stop renewing without giving the lease up, as a killed process would."""
         if self.task is not None:

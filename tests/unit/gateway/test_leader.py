@@ -65,12 +65,12 @@ def test_release_hands_over_without_waiting_for_the_ttl(redis_url: str) -> None:
     async def main() -> None:
         async with replicas(redis_url, 2) as (a, b):
             a.start()
-            await wait_for(lambda: a.leader.lead() is not None, "a leads")
+            await a.leads()
             b.start()
             await a.die()
             await a.leader.release()
             assert await a.store.client.get("specgate:t:guard:lease") is None
-            await wait_for(lambda: b.leader.lead() is not None, "b leads")
+            await b.leads()
     asyncio.run(main())
 
 
@@ -87,13 +87,11 @@ def test_an_old_leaders_late_write_is_refused(redis_url: str) -> None:
     async def main() -> None:
         async with replicas(redis_url, 2) as (a, b):
             a.start()
-            await wait_for(lambda: a.leader.lead() is not None, "a leads")
-            old = a.leader.lead()
-            assert old is not None
+            old = await a.leads()
             assert await a.verdicts.publish(old, off("low_acceptance: a"), {"spec": 3})
             await a.die()  # paused: it still holds its token, its lease runs out
             b.start()
-            await wait_for(lambda: b.leader.lead() is not None, "b leads")
+            await b.leads()
             new = b.leader.lead()
             assert new == old + 1
 
@@ -113,11 +111,10 @@ def test_followers_apply_the_leaders_verdicts_even_without_the_message(redis_url
     async def main() -> None:
         async with replicas(redis_url, 2) as (a, b):
             a.start()
-            await wait_for(lambda: a.leader.lead() is not None, "a leads")
+            await a.leads()
             follow = [asyncio.create_task(r.verdicts.run()) for r in (a, b)]
             try:
-                token = a.leader.lead()
-                assert token is not None
+                token = await a.leads()
                 assert await a.verdicts.publish(token, off("low_acceptance: 0.2 < 0.4"), {"spec": 7})
                 await wait_for(lambda: not b.flags.get("spec").guard_enabled, "b applies the verdict")
                 flag = b.flags.get("spec")
@@ -139,12 +136,10 @@ def test_a_new_leader_starts_from_the_stored_verdicts(redis_url: str) -> None:
     async def main() -> None:
         async with replicas(redis_url, 2) as (a, b):
             a.start()
-            await wait_for(lambda: a.leader.lead() is not None, "a leads")
-            token = a.leader.lead()
-            assert token is not None
+            token = await a.leads()
             assert await a.verdicts.publish(token, off("low_acceptance: by a"), {"spec": 4})
             await a.die()
             b.start()  # b never followed (it started after a wrote): it reads them on taking the lease
-            await wait_for(lambda: b.leader.lead() is not None, "b leads")
+            await b.leads()
             assert b.flags.get("spec").reason == "low_acceptance: by a" and b.load.snapshot() == {"spec": 4}
     asyncio.run(main())

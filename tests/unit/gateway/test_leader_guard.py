@@ -47,7 +47,7 @@ def test_the_leader_judges_the_follower_follows_a_new_leader_holds(redis_url: st
         async with replicas(redis_url, 2, POOLS) as (a, b):
             lead, follow = Rig(a), Rig(b)
             a.start()
-            await wait_for(lambda: a.leader.lead() is not None, "a leads")
+            await a.leads()
             b.start()
             following = asyncio.create_task(b.verdicts.run())
             try:
@@ -64,7 +64,7 @@ def test_the_leader_judges_the_follower_follows_a_new_leader_holds(redis_url: st
                 assert lead.guard.status()["leadership"]["token"] == a.leader.lead()
 
                 await a.die()  # the leader is gone: b takes over and judges from here
-                await wait_for(lambda: b.leader.lead() is not None, "b leads")
+                await b.leads()
                 follow.source.next["speculative"] = GOOD
                 for _ in range(6):  # recover_after: 5, but min_hold_s (60) counts from the takeover
                     await follow.check()
@@ -88,7 +88,7 @@ def test_redis_down_nobody_flips_and_back_up_they_converge(tmp_path: Path) -> No
         async with replicas(server.url, 2, POOLS) as (a, b):
             lead, follow = Rig(a), Rig(b)
             a.start()
-            await wait_for(lambda: a.leader.lead() is not None, "a leads")
+            await a.leads()
             b.start()
             following = [asyncio.create_task(r.verdicts.run()) for r in (a, b)]
             try:
