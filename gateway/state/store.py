@@ -101,6 +101,7 @@ class StateStore:
     async def repeat(self, part: str, step: Callable[[], Awaitable[object]], interval_s: float) -> None:
         """Run `step` every `interval_s` for ever; back off while the store is down."""
         failures = 0
+        task = asyncio.current_task()
         while True:
             try:
                 await step()
@@ -114,6 +115,9 @@ class StateStore:
             except Exception as exc:  # noqa: BLE001 (a bug in one step must not end the loop or the app)
                 failures += 1
                 self.log.error("state_loop_error", part=part, error=f"{type(exc).__name__}: {exc}")
+            if task is not None and task.cancelling():
+                # The client can swallow a cancellation or turn it into a connection error: stop all the same.
+                raise asyncio.CancelledError
             await asyncio.sleep(backoff(interval_s, failures))
 
     async def ping(self) -> None:

@@ -81,3 +81,30 @@ def test_the_state_url_names_a_redis_or_is_unset() -> None:
         assert Settings(state_url=url).state_url == url
     with pytest.raises(ValidationError, match="redis://, rediss:// or unix://"):
         Settings(state_url="http://127.0.0.1:6379")
+
+
+def test_a_loop_stops_when_cancelled_even_if_its_step_swallows_the_cancellation() -> None:
+    async def main() -> int:
+        store = StateStore(f"redis://127.0.0.1:{free_port()}/0")
+        steps = 0
+        entered = asyncio.Event()
+
+        async def swallowing_step() -> None:  # as the client can do inside a read
+            nonlocal steps
+            steps += 1
+            entered.set()
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                raise ConnectionError("connection closed by cancellation") from None
+
+        task = asyncio.create_task(store.repeat("test", swallowing_step, 10))
+        await entered.wait()
+        task.cancel()
+        async with asyncio.timeout(20):  # a hang guard: the loop must end at once
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        await store.aclose()
+        return steps
+
+    assert asyncio.run(main()) == 1
