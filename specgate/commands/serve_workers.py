@@ -37,7 +37,7 @@ CLEAN_EXITS = (0, -signal.SIGTERM, -signal.SIGINT)
 def supervise(args: argparse.Namespace, settings: Any) -> int:
     if args.workers < 1:
         raise ValueError(f"--workers must be 1 or more, not {args.workers}")
-    if not (getattr(settings, "state_url", None) or os.environ.get("SPECGATE_STATE_URL")):
+    if not settings.state_url:
         raise ValueError(f"--workers {args.workers} needs SPECGATE_STATE_URL (redis://, rediss:// or "
                          "unix://): without a shared store each worker keeps its own overrides, guard "
                          "and load")
