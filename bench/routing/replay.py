@@ -11,6 +11,10 @@ bench/routing/outcome.py what is measured.
     python bench/routing/replay.py --sim --traces light,bursty,collapse,shift
     python bench/routing/replay.py --sim --trace bench/out/routing/collapse.jsonl
 
+Real vLLM CPU replicas (bench/routing/vllm_stack.py), the ways 2x speculative,
+gateway, 2x standard, replicas kept between ways where the kind allows:
+    python bench/routing/replay.py --vllm --traces copy-chat --requests 45 --duration 150 --slo-ms 100
+
 On backends already running (no control events, no simulators started):
     python bench/routing/replay.py --speculative URL --standard URL --gateway URL --model smollm2 \
         --traces mixed --requests 24 --duration 20 --slo-ms 100
@@ -29,7 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.routing import outcome, stack, traces  # noqa: E402 - importable once the root is on sys.path
+from backends.model import prepare  # noqa: E402 - as below
+from bench.routing import outcome, stack, traces, vllm_stack  # noqa: E402 - importable once the root is on sys.path
+from specgate.up import Service  # noqa: E402 - as above
 
 OUT = ROOT / "bench" / "out" / "routing"
 
@@ -38,7 +44,9 @@ def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sim", action="store_true", help="start two simulated replicas and a gateway per way")
     parser.add_argument("--speculative"), parser.add_argument("--standard"), parser.add_argument("--gateway")
-    parser.add_argument("--ways", default=",".join(stack.WAYS), help="sim only: which ways, in this order")
+    parser.add_argument("--vllm", action="store_true", help="start real vLLM CPU replicas and a gateway per way")
+    parser.add_argument("--check", type=int, default=6, help="vllm only: copy prompts timed on each kind alone")
+    parser.add_argument("--ways", help="sim or vllm: which ways, in this order (default: all of them)")
     parser.add_argument("--traces", default="light,bursty,collapse,shift", help=f"of {', '.join(traces.KINDS)}")
     parser.add_argument("--trace", type=Path, help="replay this JSONL trace instead of generating any")
     parser.add_argument("--seed", type=int, default=7)
@@ -53,13 +61,18 @@ def arguments() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def run_way(args: argparse.Namespace, way: str, trace: traces.Trace, work: Path) -> dict[str, Any]:
-    if args.sim:
+def run_way(args: argparse.Namespace, way: str, trace: traces.Trace, work: Path,
+            replicas: vllm_stack.Replicas | None) -> dict[str, Any]:
+    running: stack.Stack | Service | None
+    sims: list[str] = []
+    if replicas is not None:
+        url, running = vllm_way(args, way, trace, work, replicas)
+    elif args.sim:
         sim_args = [part for arg in args.sim_arg for part in arg.split()]
         running = stack.start(way, work, args.time_scale, sim_args)
         url, sims = running.url, running.sims
     else:
-        running, url, sims = None, getattr(args, way), []
+        running, url = None, getattr(args, way)
     try:
         samples, wall = asyncio.run(outcome.replay(url, trace, sims, args.model, way))
     finally:
@@ -71,12 +84,34 @@ def run_way(args: argparse.Namespace, way: str, trace: traces.Trace, work: Path)
     return result
 
 
-def run_trace(args: argparse.Namespace, trace: traces.Trace, path: Path, work: Path) -> list[dict[str, Any]]:
-    ways = args.ways.split(",") if args.sim else [w for w in ("speculative", "standard", "gateway")
-                                                  if getattr(args, w)]
+def vllm_way(args: argparse.Namespace, way: str, trace: traces.Trace, work: Path,
+             replicas: vllm_stack.Replicas) -> tuple[str, Service]:
+    """The way's vLLM replicas (kept or started), then its gateway; before the gateway way,
+    with one replica of each kind up, the n-gram speed-up on the trace's copy prompts."""
+    if way not in vllm_stack.VLLM_WAYS:
+        raise SystemExit(f"--vllm: no way {way!r}; the ways are {', '.join(vllm_stack.VLLM_WAYS)}")
+    urls = replicas.serve(stack.WAYS[way])
+    copies = [r for r in trace.requests if r.prompt.domain == "copy"][:args.check]
+    if way == "gateway" and copies:
+        check = vllm_stack.check_speedup(dict(zip(stack.WAYS[way], urls, strict=True)), copies, args.model)
+        print(json.dumps({"speedup_check_ms_per_token": check}), flush=True)
+        (args.out / f"{trace.name}-speedup-check.json").write_text(json.dumps(check))
+    return vllm_stack.start_gateway(way, urls, work)
+
+
+def chosen_ways(args: argparse.Namespace) -> list[str]:
+    if args.ways:
+        return list(args.ways.split(","))
+    if args.vllm:
+        return list(vllm_stack.VLLM_WAYS)
+    return list(stack.WAYS) if args.sim else [w for w in ("speculative", "standard", "gateway") if getattr(args, w)]
+
+
+def run_trace(args: argparse.Namespace, trace: traces.Trace, path: Path, work: Path,
+              replicas: vllm_stack.Replicas | None) -> list[dict[str, Any]]:
     results = []
-    for way in ways:
-        results.append(run_way(args, way, trace, work))
+    for way in chosen_ways(args):
+        results.append(run_way(args, way, trace, work, replicas))
         print(json.dumps(results[-1]), flush=True)
     best = max((r for r in results if r["way"] != "gateway"), key=lambda r: r["goodput_rps"], default=None)
     summary = {"trace": trace.name, "file": str(path), "seed": args.seed, "requests": len(trace.requests),
@@ -101,8 +136,13 @@ def main() -> None:
             chosen.append((traces.read(path), path))  # replay exactly what the file holds
     print(f"gateway logs and policies: {work}", flush=True)
     table = [outcome.HEADER]
-    for trace, path in chosen:
-        table += [outcome.row(trace.name, result) for result in run_trace(args, trace, path, work)]
+    replicas = vllm_stack.Replicas(prepare(), work) if args.vllm else None
+    try:
+        for trace, path in chosen:
+            table += [outcome.row(trace.name, result) for result in run_trace(args, trace, path, work, replicas)]
+    finally:
+        if replicas is not None:
+            replicas.stop()
     print("\n".join(table))
 
 

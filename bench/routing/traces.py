@@ -11,6 +11,11 @@
   they predict badly) at ~8 requests/s.
 - mixed: the earlier single trace (`--requests`, `--duration`): a trickle and
   two bursts, temperatures 0-1.5.
+- copy-chat (`--requests`, `--duration`, for real vLLM backends): half prompts
+  whose answer copies the prompt (rename a variable in a function, list a log's
+  ERROR lines, quote a sentence), half open chat (a poem, a story), temperatures
+  0-1, max_tokens 64-192, 80% streamed; three equal phases whose arrival rates
+  are 1 : 4 : 8.
 
 A trace file holds one JSON object a line: a request (`at`, `stream`, the
 prompt's fields) or a control event (`at`, `control`: the body posted to every
@@ -121,8 +126,71 @@ def mixed(rng: random.Random, count: int, duration_s: float) -> Trace:
     return Trace("mixed", _mixed_at(rng, sorted(arrivals)[:count]))
 
 
+# copy-chat: prompts whose answers copy the prompt (what n-gram lookup drafts well) and open chat.
+NAMES = ("count", "total", "items", "value", "result", "buffer", "index", "limit")
+FUNCTIONS = (
+    "def {v}_sum(values):\n    {v} = 0\n    for item in values:\n        {v} = {v} + item\n    return {v}\n",
+    "def first_{v}(rows, key):\n    for {v} in rows:\n        if {v}[key] is not None:\n            return {v}[key]\n"
+    "    return None\n",
+    "def scale(points, {v}):\n    out = []\n    for x, y in points:\n        out.append((x * {v}, y * {v}))\n"
+    "    return out\n",
+)
+SERVICES = ("db", "auth", "cache", "queue", "api")
+EVENTS = ("connection refused", "timeout after 30s", "user login ok", "request served in 12ms",
+          "disk usage at 91%", "retrying in 5s", "config reloaded", "worker restarted")
+SENTENCES = ("The river floods every spring.", "Farmers plant rice after the water recedes.",
+             "The old bridge was built in 1821.", "A market opens on the east bank each Sunday.",
+             "Tourists come in summer to see the lanterns.", "The school has two hundred pupils.",
+             "Most houses are painted white.", "A ferry still runs when the bridge is closed.")
+TOPICS = ("the sea at night", "a lost umbrella", "autumn in a city", "a lighthouse keeper", "a cat on a train",
+          "the first snow", "an old violin", "a desert road")
+CHAT_ASKS = ("Write a short poem about {t}.", "Tell a short story about {t}.",
+             "Describe {t} in a few vivid sentences.")
+
+
+def _rename(rng: random.Random) -> str:
+    old, new = rng.sample(NAMES, 2)
+    code = rng.choice(FUNCTIONS).format(v=old)
+    return (f"Rewrite this Python function with the variable `{old}` renamed to `{new}`. "
+            f"Reply with the whole function only.\n```python\n{code}```")
+
+
+def _extract(rng: random.Random) -> str:
+    lines = [f"2024-05-{rng.randint(10, 28)} 10:{minute:02d}:{rng.randint(0, 59):02d} "
+             f"{rng.choice(('INFO', 'INFO', 'WARN', 'ERROR'))} {rng.choice(SERVICES)}: {rng.choice(EVENTS)}"
+             for minute in sorted(rng.sample(range(60), 10))]
+    return "List every line of this log that contains ERROR, exactly as written.\n\n" + "\n".join(lines)
+
+
+def _quote(rng: random.Random) -> str:
+    chosen = rng.sample(SENTENCES, 6)
+    word = rng.choice(chosen).split()[1]
+    return (f"Quote, word for word, the sentence of this text that contains the word \"{word}\", "
+            f"then repeat the whole text.\n\n{' '.join(chosen)}")
+
+
+def _copy_chat_request(rng: random.Random, at: float) -> Request:
+    if rng.random() < 0.5:
+        text, domain = rng.choice((_rename, _extract, _quote))(rng), "copy"
+    else:
+        text, domain = rng.choice(CHAT_ASKS).format(t=rng.choice(TOPICS)), "chat"
+    prompt = user(text, max_tokens=rng.randint(64, 192), temperature=rng.choice((0.0, 0.0, 0.3, 0.7, 1.0)),
+                  domain=domain)
+    return Request(at, prompt, rng.random() < 0.8)
+
+
+def copy_chat(rng: random.Random, count: int, duration_s: float) -> Trace:
+    """`count` requests over `duration_s` in three equal phases whose arrival rates are 1 : 4 : 8."""
+    phase_s, shares = duration_s / 3, (1, 4, 8)
+    times: list[float] = []
+    for number, share in enumerate(shares):
+        times += [phase_s * (number + rng.random()) for _ in range(round(count * share / sum(shares)))]
+    return Trace("copy-chat", [_copy_chat_request(rng, at) for at in sorted(times)])
+
+
 KINDS: dict[str, Callable[[random.Random, int, float], Trace]] = {
     "light": light, "bursty": bursty, "collapse": collapse, "shift": shift, "mixed": mixed,
+    "copy-chat": copy_chat,
 }
 
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from domains.classifier import DomainClassifier, DomainRule
 from gateway.decide.conditions import ConditionError, Predicate, compile_condition
 from gateway.decide.features import Defaults
+from gateway.decide.pacing_spec import PacingSpec
 from gateway.decide.yaml_lines import YamlError, load_with_lines
 
 
@@ -94,6 +95,7 @@ class PoolSpec(Strict):
     retry: RetrySpec = RetrySpec()
     health: HealthSpec = HealthSpec()
     queue: QueueSpec = QueueSpec()
+    pacing: PacingSpec = PacingSpec()  # split and space a stream's multi-token events
 
     @field_validator("api_key")
     @classmethod
@@ -376,8 +378,7 @@ def _fallback_cycle(start: str, pools: dict[str, PoolSpec]) -> list[str]:
 
 
 def _located(err: Any, lines: dict[tuple[Any, ...], int]) -> tuple[int, str]:
-    loc = tuple(err["loc"])
-    message = err["msg"]
+    loc, message = tuple(err["loc"]), err["msg"]
     if err["type"] == "extra_forbidden":
         message = "unknown key (not part of the policy schema)"
     elif err["type"] == "missing":

@@ -25,6 +25,7 @@ from gateway.decide.traffic import ClassLatency
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
 from gateway.upstream.meter import Measurement, TokenMeter, UsageTap, completion_tokens
+from gateway.upstream.pacing import ask_token_counts, paces
 from gateway.upstream.pools import Pool
 from gateway.upstream.proxy import Claim, Forwarder, Opened, Outbound
 from gateway.upstream.runtime import Runtime
@@ -67,6 +68,8 @@ class Outgoing:
                 options = {k: v for k, v in (self.body.get("stream_options") or {}).items()
                            if k != "continuous_usage_stats"}
                 changes["stream_options"] = {**options, "include_usage": True}
+            if paces(pool.spec, self.body, self.stream):  # a paced stream needs each chunk's token count
+                changes.update(ask_token_counts(changes.get("stream_options", self.body.get("stream_options"))))
             if changes:
                 content = json.dumps({**self.body, **changes}, separators=(",", ":")).encode()
         timeouts = pool.spec.timeouts

@@ -7,10 +7,11 @@ client that stops reading is cut the same way once one write to it has
 waited `write_s` (one timer per exchange, not one per write). Server-sent
 events are relayed chunk by chunk as they arrive; while the first chunk is
 awaited an SSE comment goes out every `keepalive_s` so idle-timeout proxies
-keep the connection. An answer that breaks after its first byte ends with an
-error event, the way vLLM reports errors mid-stream. The exchange is
-finished at its end (its claim given back, its numbers recorded), whatever
-happened.
+keep the connection. A pool whose policy paces its streams has its bursts
+split and spaced by a `Pacer` (pacing.py). An answer that breaks after its
+first byte ends with an error event, the way vLLM reports errors
+mid-stream. The exchange is finished at its end (its claim given back, its
+numbers recorded), whatever happened.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 
 import httpx
@@ -27,6 +29,7 @@ from gateway.errors import GatewayError
 from gateway.upstream.exchange import SSE, Exchange, Outcome
 from gateway.upstream.failures import upstream_error
 from gateway.upstream.meter import DONE, UsageTap
+from gateway.upstream.pacing import Pacer
 from gateway.upstream.proxy import Opened, response_headers
 from gateway.upstream.upstream import Upstream
 
@@ -188,13 +191,22 @@ class Relay:
                     "headers": response_headers(response.headers, self.exchange.headers())})
         chunks = response.aiter_raw()
         events = _EventSplitter(self.exchange.tap)
+        pacer = self._pacer()
         try:  # the transport holds every read to the request's deadline
             first = await self._first_chunk(chunks, send)
-            if first:
+            if first and pacer is not None:
+                async with aclosing(pacer.pace(_runs(first, chunks, events))) as runs:
+                    async for run in runs:
+                        await self._send_events(send, run, outcome)
+            elif first:
                 await self._send_events(send, events.feed(first), outcome)
                 async for chunk in chunks:
                     await self._send_events(send, events.feed(chunk), outcome)
         except (httpx.HTTPError, TimeoutError) as exc:
+            if outcome.delivered:  # [DONE] went out: the answer is whole, only the backend's close was late
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                outcome.ok = True
+                return
             # Only whole events went out, so the error event is one the client can parse.
             error = upstream_error(exc)
             outcome.status, outcome.error = error.status_code, error
@@ -203,6 +215,11 @@ class Relay:
             return
         await send({"type": "http.response.body", "body": events.rest(), "more_body": False})
         outcome.ok = True
+
+    def _pacer(self) -> Pacer | None:
+        """A pacer when the policy paces the pool that answered (docs/routing.md, "Even streams")."""
+        pool, request = self.exchange.claim.pool, self.exchange.request
+        return None if pool is None else Pacer.serving(pool.spec, request.body, request.stream)
 
     @staticmethod
     async def _send_events(send: Send, body: bytes, outcome: Outcome) -> None:
@@ -290,6 +307,13 @@ class _EventSplitter:
     def held(self) -> bytes:
         """The whole events the tap still holds, for a stream that broke (the partial one is dropped)."""
         return b"" if self.tap is None else self.tap.flush()
+
+
+async def _runs(first: bytes, chunks: AsyncIterator[bytes], events: _EventSplitter) -> AsyncIterator[bytes]:
+    """The stream as runs of whole events, for a pacer."""
+    yield events.feed(first)
+    async for chunk in chunks:
+        yield events.feed(chunk)
 
 
 def _abort_client(scope: Scope) -> None:

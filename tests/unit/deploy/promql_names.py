@@ -13,9 +13,10 @@ import re
 # The metric contract (shared/DESIGN.md) and the wait queue's metrics
 # (gateway/upstream/queue_metrics.py), as exposed on /metrics: counters end in
 # _total, histograms are queried through _bucket/_sum/_count.
-GATEWAY_COUNTERS = ("requests", "upstream_errors", "retries", "flag_flips", "policy_reloads", "queue_waits")
+GATEWAY_COUNTERS = ("requests", "upstream_errors", "retries", "flag_flips", "policy_reloads", "queue_waits",
+                    "route_decisions")
 GATEWAY_HISTOGRAMS = ("request_duration_seconds", "time_to_first_byte_seconds", "overhead_seconds",
-                      "queue_seconds")
+                      "queue_seconds", "predicted_e2e_seconds")
 GATEWAY_GAUGES = ("in_flight", "endpoint_healthy", "speculative_enabled", "guard_up", "queue_waiting")
 VLLM_COUNTERS = (
     "spec_decode_num_drafts",

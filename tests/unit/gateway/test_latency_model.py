@@ -247,3 +247,34 @@ def test_a_stale_bucket_slides_toward_what_its_neighbours_see_now() -> None:
     feed(model, clock, "standard", 8, 0.3, 0.03, 2300, 0.05)  # two minutes on: twelve half-lives
     stale = model.predict("standard", CLS, 1, 100)
     assert stale.ttft_s > 0.25 and stale.tpot_s > 0.02  # the busier bucket's level, in the prior's shape
+
+
+def test_a_class_with_few_answers_follows_its_pool_in_its_own_proportion() -> None:
+    clock = Clock()
+    model = LatencyModel(clock=clock)
+    for _ in range(50):  # the pool's other traffic maps its curve: 10 ms a token alone, 30 ms at 8
+        clock.now += 0.05
+        model.observe("standard", "chat/hot", 0, 0.1, 0.01)
+        model.observe("standard", "chat/hot", 7, 0.3, 0.03)
+    for _ in range(3):  # three answers of a class 1.5x slower, all alone
+        clock.now += 0.05
+        model.observe("standard", "code/greedy", 0, 0.15, 0.015)
+    busy = model.predict("standard", "code/greedy", 7, 100)
+    assert busy.tpot_s == pytest.approx(0.045, rel=0.15)  # the pool's shape, the class's level
+    assert busy.samples > 0  # the pool's answers vouch for a bucket the class never saw
+    unseen = model.predict("standard", "math/greedy", 7, 100)
+    assert unseen.tpot_s == pytest.approx(0.03, rel=0.1) and unseen.samples > 0
+    cold = LatencyModel(clock=Clock()).predict("standard", "math/greedy", 7, 100)
+    assert unseen.stddev_e2e < cold.stddev_e2e / 2
+
+
+def test_the_pools_curve_goes_stale_like_a_class() -> None:
+    clock = Clock()
+    model = LatencyModel(clock=clock)
+    feed(model, clock, "standard", 0, 0.1, 0.01, 30, 0.05)
+    fresh = model.predict("standard", "math/greedy", 0, 100)
+    clock.now += 60  # six half-lives with nothing new
+    stale = model.predict("standard", "math/greedy", 0, 100)
+    assert fresh.samples > 0.9 > 10 * stale.samples
+    snapshot = json.loads(json.dumps(model.snapshot()))
+    assert [pool["pool"] for pool in snapshot["pools"]] == ["standard"]
