@@ -10,8 +10,9 @@ import structlog
 from pydantic import ValidationError
 
 from gateway.metrics import GatewayMetrics
-from gateway.settings import Settings
+from gateway.settings import Settings, redact_url
 from gateway.state.store import STATE_ERRORS, StateStore, backoff
+from specgate.cli import main
 from tests.fakes.process import free_port
 from tests.fakes.redis_server import RedisServer
 
@@ -81,6 +82,28 @@ def test_the_state_url_names_a_redis_or_is_unset() -> None:
         assert Settings(state_url=url).state_url == url
     with pytest.raises(ValidationError, match="redis://, rediss:// or unix://"):
         Settings(state_url="http://127.0.0.1:6379")
+
+
+def test_a_refused_state_url_is_named_without_its_user_and_password(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SPECGATE_STATE_URL", "redis:/admin:s3cret@redis.internal:6379/0?password=hunter2")
+    monkeypatch.setenv("SPECGATE_PORT", "eighty")
+    assert main(["serve"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert "s3cret" not in err and "admin" not in err and "hunter2" not in err
+    assert ":***@redis.internal:6379/0?password=***" in err  # where the store is stays readable
+    assert "input_value='eighty'" in err  # other settings' values are not hidden
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("http://user:pw@host:6379/0", "http://:***@host:6379/0"),
+    ("redis//:p@ss@host:6379", ":***@host:6379"),
+    ("unx:///run/redis.sock?db=0&password=pw", "unx:///run/redis.sock?db=0&password=***"),
+    ("http://127.0.0.1:6379", "http://127.0.0.1:6379"),
+])
+def test_redact_url(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
 
 
 def test_a_loop_stops_when_cancelled_even_if_its_step_swallows_the_cancellation() -> None:
