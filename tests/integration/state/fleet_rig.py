@@ -3,13 +3,10 @@ on loopback), for the fleet-wide load and shared learning tests."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import yaml
 
 from backends.serving.server import BackgroundServer
@@ -72,12 +69,3 @@ class Replica:
         self.admin.close()
         self.server.stop(graceful=True)
 
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    """Poll `predicate()` until it holds; a hang guard, not a bound on the behaviour."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    pytest.fail(f"timed out after {timeout} s waiting for: {what}")

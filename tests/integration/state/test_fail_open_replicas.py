@@ -15,7 +15,7 @@ from openai import OpenAI
 
 from tests.fakes.redis_server import RedisServer
 from tests.fakes.vllm import FakeVllm
-from tests.integration.state.fleet_rig import wait_until
+from tests.fakes.waiting import wait_until
 from tests.integration.state.serve_replicas import ServeReplica, write_policy
 
 REQUESTS = 60

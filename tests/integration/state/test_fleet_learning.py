@@ -12,7 +12,8 @@ from openai import OpenAI
 
 from tests.fakes.redis_server import RedisServer
 from tests.fakes.vllm import FakeVllm
-from tests.integration.state.fleet_rig import Replica, policy, wait_until
+from tests.fakes.waiting import wait_until
+from tests.integration.state.fleet_rig import Replica, policy
 
 
 @pytest.fixture

@@ -18,7 +18,8 @@ from openai import OpenAI
 from tests.fakes.process import free_port, spawn_module, wait_until_ok
 from tests.fakes.redis_server import RedisServer
 from tests.fakes.vllm import FakeVllm
-from tests.integration.state.fleet_rig import ADMIN_TOKEN, Replica, policy, wait_until
+from tests.fakes.waiting import wait_until
+from tests.integration.state.fleet_rig import ADMIN_TOKEN, Replica, policy
 
 BURST = 4  # streams held open on replica A; the policy's busy threshold too
 FLEET_KEYS = "specgate:default:fleet:load:*"

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ import pytest
 import redis
 
 from tests.fakes.redis_server import RedisServer
+from tests.fakes.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 TTL_S = 1.0
@@ -31,14 +32,6 @@ INTERVAL_S = 0.25
 CHECK_S = 0.6  # long enough to stop a process in the middle of one
 LEASE, FENCE, VERDICTS = "specgate:procs:guard:lease", "specgate:procs:guard:fence", "specgate:procs:guard:verdicts"
 
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    """Poll `predicate()` until it holds (the timeout only guards against a hang)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for: {what}")
-        time.sleep(0.01)
 
 
 class Member:

@@ -20,8 +20,9 @@ from backends.serving.server import BackgroundServer
 from gateway.edge.app import create_app
 from gateway.settings import Settings
 from tests.fakes.redis_server import RedisServer
+from tests.fakes.waiting import wait_until
 from tests.integration.gateway.conftest import ADMIN_TOKEN, policy_dict
-from tests.integration.guard.conftest import fakes, wait_until
+from tests.integration.guard.conftest import fakes
 
 __all__ = ["fakes"]  # the fixture
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.fakes.redis_server import RedisServer
 from tests.fakes.vllm import FakeVllm
-from tests.integration.state.fleet_rig import wait_until
+from tests.fakes.waiting import wait_until
 from tests.integration.state.serve_replicas import ServeReplica, write_policy
 
 PROPAGATION_BOUND_S = 1.0
