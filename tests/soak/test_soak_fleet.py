@@ -25,7 +25,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from tests.fakes.redis_server import RedisServer
 from tests.integration.state.workers import ServeWorkers
@@ -36,8 +35,8 @@ from tests.soak.test_soak import (
     FD_GROWTH_LIMIT,
     HEALTH,
     RSS_GROWTH_LIMIT,
-    Backends,
     Chaos,
+    started_backends,
 )
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(600)]
@@ -102,10 +101,7 @@ def wait_state_up(urls: list[str], timeout: float = 60.0) -> None:
 
 def test_fleet_soak_with_faults_and_redis_restarts(tmp_path):
     began = time.monotonic()
-    backends = Backends(tmp_path)
-    backends.start()
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(yaml.safe_dump(backends.policy(), sort_keys=False))
+    backends, policy = started_backends(tmp_path)
     redis = RedisServer(tmp_path / "redis").start()
     env = {"SPECGATE_STATE_URL": redis.url}
     replicas = [ServeWorkers(policy, tmp_path / f"serve-{i}.log", WORKERS, env) for i in range(REPLICAS)]
