@@ -17,7 +17,10 @@ file or the new one. A failed write (a read-only ConfigMap, a full disk) is
 retried with the next change; it warns once until a write succeeds again.
 
 Several replicas on several hosts share modes through the state store
-instead (`gateway/state/overrides.py`).
+instead (`gateway/state/overrides.py`). With a store the file only gives the
+initial modes and verdicts: `restore_initial` applies it once at start-up, and
+it is never watched or written (the store holds what changes), so a read-only
+mount is fine and warns about nothing.
 """
 
 from __future__ import annotations
@@ -44,8 +47,13 @@ MODE_FIELDS = ("mode",)
 GUARD_FIELDS = ("guard_enabled", "reason", "changed_at")
 
 
+def restore_initial(path: str | os.PathLike[str], flags: FlagStore) -> None:
+    """Apply the file's modes and verdicts once, without following the flags (with a state store)."""
+    FlagFile(path, flags, follow=False).restore()
+
+
 class FlagFile:
-    def __init__(self, path: str | os.PathLike[str], flags: FlagStore) -> None:
+    def __init__(self, path: str | os.PathLike[str], flags: FlagStore, follow: bool = True) -> None:
         self.path = Path(path)
         self.flags = flags
         self.log = structlog.get_logger("specgate.flags")
@@ -58,7 +66,8 @@ class FlagFile:
         self._unapplied: bytes | None = None  # written content that carried others' changes
         self._lock = threading.Lock()  # the listener (event loop) and a write (a thread)
         self._wake: asyncio.Event | None = None
-        flags.add_listener(self._changed)
+        if follow:  # record the changes made here, for `save`
+            flags.add_listener(self._changed)
 
     # Start-up ----------------------------------------------------------------
 

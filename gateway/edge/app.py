@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.control.flag_file import FlagFile
+from gateway.control.flag_file import FlagFile, restore_initial
 from gateway.control.guard import Guard
 from gateway.control.leader import Leader, holder_name
 from gateway.control.reload import PolicyReloader
@@ -89,9 +89,7 @@ class GatewayParts:
         self.admin = AdminAPI(settings.admin_token, self.proxy, self.flags, self.reloader,
                               guard_status=self.guard.status, overrides=self.overrides)
         self.flags.add_listener(self.record_flag)
-        self.flag_file = FlagFile(settings.flags_file, self.flags) if settings.flags_file else None
-        if self.flag_file is not None:
-            self.flag_file.restore()
+        self.flag_file = self._flag_file(settings)
         for name, flag in self.flags.snapshot().items():
             self.metrics.speculative_enabled.labels(name).set(int(flag.routable))
 
@@ -150,6 +148,20 @@ class GatewayParts:
         leader = Leader(self.state, ttl_s=s.guard_lease_ttl_s, renew_s=s.guard_lease_renew_s,
                         on_change=self.metrics.guard_leader.set)
         return SharedVerdicts(self.state, leader, self.flags, self.runtime.reported, read_s=s.guard_lease_renew_s)
+
+    def _flag_file(self, settings: Settings) -> FlagFile | None:
+        """Alone, the flags file keeps and shares modes; with a store it gives the initial ones only."""
+        if not settings.flags_file:
+            return None
+        if self.state is None:
+            flag_file = FlagFile(settings.flags_file, self.flags)
+            flag_file.restore()
+            return flag_file
+        restore_initial(settings.flags_file, self.flags)
+        self.log.info("flags_file_initial_only", path=str(settings.flags_file),
+                      detail="SPECGATE_STATE_URL is set: the store holds the modes; the file is not watched "
+                             "or written")
+        return None
 
     def record_flag(self, pool: str, before: PoolFlag, after: PoolFlag) -> None:
         self.metrics.speculative_enabled.labels(pool).set(int(after.routable))

@@ -38,12 +38,12 @@ def policy(spec_url: str, std_url: str, busy_at: int) -> dict[str, Any]:
 
 
 class Replica:
-    def __init__(self, directory: Path, policy: dict[str, Any], state_url: str) -> None:
+    def __init__(self, directory: Path, policy: dict[str, Any], state_url: str, **settings: Any) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / "policy.yaml"
         path.write_text(yaml.safe_dump(policy, sort_keys=False))
         self.app = create_app(Settings(policy=path, admin_token=ADMIN_TOKEN, state_url=state_url,
-                                       policy_watch_interval_s=0.5))
+                                       policy_watch_interval_s=0.5, **settings))
         self.parts: GatewayParts = self.app.state.parts
         self.server = BackgroundServer(self.app, lifespan="on").start()
         self.admin = httpx.Client(base_url=self.server.url, timeout=10,
