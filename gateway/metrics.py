@@ -55,6 +55,9 @@ class GatewayMetrics:
                                        ["pool"], buckets=LATENCY_BUCKETS, registry=r)
         self.state_up = Gauge("specgate_state_up",
                               "1 when the shared state store (Redis) answered the last command", registry=r)
+        self.state_configured = Gauge("specgate_state_configured",
+                                      "1 when SPECGATE_STATE_URL names a shared state store; 0: one process "
+                                      "decides alone (specgate_state_up is 0 then too)", registry=r)
         self.state_errors = Counter("specgate_state_errors",
                                     "Shared state store commands that failed, by the part that ran them",
                                     ["part"], registry=r)

@@ -258,6 +258,7 @@ def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
 
 def state_store(settings: Settings, metrics: GatewayMetrics) -> StateStore | None:
     """The shared state store when SPECGATE_STATE_URL is set; None: this process decides alone."""
+    metrics.state_configured.set(int(bool(settings.state_url)))
     if not settings.state_url:
         return None
     return StateStore(settings.state_url, settings.state_namespace, metrics, settings.state_timeout_s)

@@ -9,6 +9,7 @@ import pytest
 import structlog
 from pydantic import ValidationError
 
+from gateway.edge.app import state_store
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings, redact_url
 from gateway.state.store import STATE_ERRORS, StateStore, backoff
@@ -94,6 +95,16 @@ def test_a_refused_state_url_is_named_without_its_user_and_password(
     assert "s3cret" not in err and "admin" not in err and "hunter2" not in err
     assert ":***@redis.internal:6379/0?password=***" in err  # where the store is stays readable
     assert "input_value='eighty'" in err  # other settings' values are not hidden
+
+
+def test_state_configured_tells_a_store_down_from_no_store() -> None:
+    alone, shared = GatewayMetrics(), GatewayMetrics()
+    assert state_store(Settings(), alone) is None
+    store = state_store(Settings(state_url=f"redis://127.0.0.1:{free_port()}/0"), shared)
+    assert store is not None
+    asyncio.run(store.aclose())
+    assert gauge(alone, "specgate_state_configured") == 0 and gauge(alone, "specgate_state_up") == 0
+    assert gauge(shared, "specgate_state_configured") == 1
 
 
 @pytest.mark.parametrize(("url", "shown"), [
