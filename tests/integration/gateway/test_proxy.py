@@ -12,7 +12,7 @@ import pytest
 
 from tests.fakes.raw_sse import RawSseBackend
 from tests.fakes.vllm import FakeVllm
-from tests.integration.guard.conftest import wait_until
+from tests.fakes.waiting import wait_until
 
 from .conftest import policy_dict
 
