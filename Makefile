@@ -8,8 +8,9 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 # Debian packages the tests drive for real: a Prometheus server (and promtool),
-# and docker-compose v1 to validate the compose file without a Docker engine.
-SYSTEM_TOOLS := prometheus:prometheus promtool:prometheus docker-compose:docker-compose
+# docker-compose v1 to validate the compose file without a Docker engine, and a
+# Redis server for the state that several gateways share.
+SYSTEM_TOOLS := prometheus:prometheus promtool:prometheus docker-compose:docker-compose redis-server:redis-server
 
 .PHONY: run test lint install system-deps model bench-overhead clean
 

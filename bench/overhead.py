@@ -11,6 +11,14 @@ rounds. Needs Debian's nginx and wrk.
 `--baseline REF` adds a fourth target: the gateway as of git commit REF
 (exported to a temporary folder), interleaved with the others, so a change's
 cost is measured against the code before it under the same noise.
+
+`--state-url URL` (or `--start-redis`, which starts a redis-server of its own)
+adds `gateway+state`: the same gateway with SPECGATE_STATE_URL set, so what
+sharing state costs the request path is measured against `gateway` in the same
+rounds. `--workers N` adds `gateway+state xN`: `specgate serve --workers N` on
+that store.
+
+    python bench/overhead.py --modes wrk --concurrency 1,32 --start-redis --workers 2
 """
 
 from __future__ import annotations
@@ -72,14 +80,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_port(port: int, timeout: float = 20.0) -> None:
+def wait_port(port: int, listeners: int = 1, timeout: float = 30.0) -> None:
+    """Until `listeners` sockets listen on `port` (several: `serve --workers`, Linux only)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
+            if s.connect_ex(("127.0.0.1", port)) == 0 and (listeners == 1 or listening(port) >= listeners):
                 return
         time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port}")
+    raise RuntimeError(f"{listeners} listener(s) did not appear on port {port}")
+
+
+def listening(port: int) -> int:
+    """How many TCP sockets listen on `port`, from /proc/net/tcp."""
+    rows = (line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:])
+    return sum(1 for row in rows if row[3] == "0A" and int(row[1].rsplit(":", 1)[1], 16) == port)
+
+
+def start_redis(tmp: Path) -> tuple[subprocess.Popen, str]:
+    """A redis-server on a free loopback port, persistence as the deploy files set it."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        sys.exit("--start-redis needs redis-server: apt-get install -y redis-server")
+    port = free_port()
+    proc = start([binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(tmp), "--save", "",
+                  "--appendonly", "yes", "--appendfsync", "everysec"], tmp / "redis.log")
+    wait_port(port)
+    return proc, f"redis://127.0.0.1:{port}/0"
 
 
 def bench_policy(upstream: int) -> str:
@@ -151,51 +178,47 @@ def export_tree(ref: str, into: Path) -> Path:
     return into
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", default="1,32,128")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", default="wrk,json,stream")
     parser.add_argument("--baseline", metavar="REF", help="also run the gateway as of this git commit")
+    store = parser.add_mutually_exclusive_group()
+    store.add_argument("--state-url", metavar="URL", help="also run the gateway with this SPECGATE_STATE_URL")
+    store.add_argument("--start-redis", action="store_true",
+                       help="start a redis-server and run the gateway with it as well")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="also run `serve --workers N` on the state store (needs one of the two above)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "overhead.json")
     args = parser.parse_args()
+    if args.workers > 1 and not (args.state_url or args.start_redis):
+        parser.error("--workers needs --state-url or --start-redis")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     for tool in ("nginx", "wrk"):
         if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
             sys.exit(f"{tool} is needed: apt-get install -y nginx wrk")
-
     tmp = Path(tempfile.mkdtemp(prefix="specgate-overhead-"))
-    upstream, nginx_port, gateway_port = free_port(), free_port(), free_port()
-    (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, upstream=upstream, port=nginx_port))
-    (tmp / "policy.yaml").write_text(bench_policy(upstream))
     script = tmp / "post.lua"
     script.write_text(WRK_SCRIPT.format(body=json.dumps(BODY)))
-    env = {**os.environ, "SPECGATE_LOG_LEVEL": "info"}
-    procs = [
-        start([sys.executable, str(ROOT / "bench" / "fast_upstream.py"), "--port", str(upstream)], tmp / "up.log"),
-        start([shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(tmp / "nginx.conf")], tmp / "nginx.log"),
-        start([sys.executable, "-m", "specgate.cli", "serve", "--policy", str(tmp / "policy.yaml"),
-               "--port", str(gateway_port)], tmp / "gateway.log", env),
-    ]
-    targets = {"direct": upstream, "nginx": nginx_port, "gateway": gateway_port}
-    if args.baseline:
-        tree = export_tree(args.baseline, tmp / "baseline")
-        targets["baseline"] = free_port()
-        cli = "specgate.cli" if (tree / "specgate" / "cli.py").exists() else "gateway.cli"  # before the layout by stage
-        procs.append(start([sys.executable, "-m", cli, "serve", "--policy", str(tmp / "policy.yaml"),
-                            "--port", str(targets["baseline"])], tmp / "baseline.log",
-                           {**env, "PYTHONPATH": str(tree)}, cwd=tree))
+    procs: list[subprocess.Popen] = []
     results: dict = {"duration_s": args.duration, "rounds": args.rounds, "cpus": os.cpu_count(), "runs": []}
     try:
-        for port in targets.values():
-            wait_port(port)
+        targets = start_targets(args, tmp, procs)
+        for port, listeners in targets.values():
+            wait_port(port, listeners)
         for mode in args.modes.split(","):
             for concurrency in [int(c) for c in args.concurrency.split(",")]:
-                for port in targets.values():  # warm up connections and code paths
+                for port, _ in targets.values():  # warm up connections and code paths
                     url = f"http://127.0.0.1:{port}/v1/chat/completions"
                     measure(mode, url, concurrency, 1.0, script)
                 for round_no in range(args.rounds):
-                    for target, port in targets.items():
+                    for target, (port, _) in targets.items():
                         url = f"http://127.0.0.1:{port}/v1/chat/completions"
                         row = measure(mode, url, concurrency, args.duration, script)
                         row.update(mode=mode, concurrency=concurrency, target=target, round=round_no)
@@ -205,11 +228,52 @@ def main() -> None:
         for proc in procs:
             proc.terminate()
         for proc in procs:
-            proc.wait(timeout=10)
+            proc.wait(timeout=60)
     results["summary"] = summarize(results["runs"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     print(markdown(results["summary"]))
+
+
+def start_targets(args: argparse.Namespace, tmp: Path, procs: list[subprocess.Popen]) -> dict[str, tuple[int, int]]:
+    """Start the backend, nginx and every gateway asked for (appended to `procs`);
+    each target's (port, listening sockets to wait for)."""
+    upstream, nginx_port, gateway_port = free_port(), free_port(), free_port()
+    (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, upstream=upstream, port=nginx_port))
+    (tmp / "policy.yaml").write_text(bench_policy(upstream))
+    env = {**os.environ, "SPECGATE_LOG_LEVEL": "info"}
+    env.pop("SPECGATE_STATE_URL", None)  # `gateway` runs alone, as without a store
+
+    def serve(port: int, log: str, *extra: str, **more_env: str) -> None:
+        procs.append(start([sys.executable, "-m", "specgate.cli", "serve", "--policy", str(tmp / "policy.yaml"),
+                            "--port", str(port), *extra], tmp / log, {**env, **more_env}))
+
+    procs.append(start([sys.executable, str(ROOT / "bench" / "fast_upstream.py"), "--port", str(upstream)],
+                       tmp / "up.log"))
+    procs.append(start([shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(tmp / "nginx.conf")],
+                       tmp / "nginx.log"))
+    serve(gateway_port, "gateway.log")
+    targets = {"direct": (upstream, 1), "nginx": (nginx_port, 1), "gateway": (gateway_port, 1)}
+    if args.baseline:
+        tree = export_tree(args.baseline, tmp / "baseline")
+        targets["baseline"] = (free_port(), 1)
+        cli = "specgate.cli" if (tree / "specgate" / "cli.py").exists() else "gateway.cli"  # before the layout by stage
+        procs.append(start([sys.executable, "-m", cli, "serve", "--policy", str(tmp / "policy.yaml"),
+                            "--port", str(targets["baseline"][0])], tmp / "baseline.log",
+                           {**env, "PYTHONPATH": str(tree)}, cwd=tree))
+    state_url = args.state_url
+    if args.start_redis:
+        redis, state_url = start_redis(tmp)
+        procs.append(redis)
+    if state_url:
+        targets["gateway+state"] = (free_port(), 1)
+        serve(targets["gateway+state"][0], "gateway-state.log", SPECGATE_STATE_URL=state_url)
+    if state_url and args.workers > 1:
+        name = f"gateway+state x{args.workers}"
+        targets[name] = (free_port(), args.workers)
+        serve(targets[name][0], "gateway-workers.log", "--workers", str(args.workers),
+              SPECGATE_STATE_URL=state_url)
+    return targets
 
 
 def measure(mode: str, url: str, concurrency: int, duration: float, script: Path) -> dict:
@@ -236,6 +300,7 @@ def summarize(runs: list[dict]) -> list[dict]:
         }
         if "baseline" in med:
             row["gateway_vs_baseline_rps"] = med["gateway"]["rps"] / med["baseline"]["rps"]
+        row["extra"] = [target for target in med if target not in ("direct", "nginx", "gateway", "baseline")]
         rows.append(row)
     return rows
 
@@ -260,6 +325,17 @@ def markdown(rows: list[dict]) -> str:
             lines.append(f"| {r['mode']} | {r['concurrency']} | {b['rps']:.0f} | {g['rps']:.0f} | "
                          f"{r['gateway_vs_baseline_rps']:.2f} | {b['p50_ms']:.2f}/{b['p99_ms']:.2f} | "
                          f"{g['p50_ms']:.2f}/{g['p99_ms']:.2f} | {b['errors']}/{g['errors']} |")
+    if rows and rows[0]["extra"]:
+        lines += ["", "| mode | conc. | target | rps | vs gateway | vs nginx | p50/p99 ms | "
+                      "p50 - gateway p50 ms | errors |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            g, n = r["gateway"], r["nginx"]
+            for target in ["gateway", *r["extra"]]:
+                t = r[target]
+                lines.append(f"| {r['mode']} | {r['concurrency']} | {target} | {t['rps']:.0f} | "
+                             f"{t['rps'] / g['rps']:.2f} | {t['rps'] / n['rps']:.2f} | "
+                             f"{t['p50_ms']:.2f}/{t['p99_ms']:.2f} | {t['p50_ms'] - g['p50_ms']:+.2f} | "
+                             f"{t['errors']} |")
     return "\n".join(lines)
 
 

@@ -42,6 +42,9 @@ class GatewayMetrics:
                                   registry=r)
         self.guard_up = Gauge("specgate_guard_up", "1 when the guard's last check read its metrics",
                               registry=r)
+        self.guard_leader = Gauge("specgate_guard_leader",
+                                  "1 while this process's guard leads (runs the checks); 0 while it follows",
+                                  registry=r)
         self.policy_reloads = Counter("specgate_policy_reloads", "Policy reloads, by result",
                                       ["result"], registry=r)
         self.route_decisions = Counter("specgate_route_decisions",
@@ -50,6 +53,20 @@ class GatewayMetrics:
         self.predicted_e2e = Histogram("specgate_predicted_e2e_seconds",
                                        "Predicted end-to-end time of the pool a fastest route chose",
                                        ["pool"], buckets=LATENCY_BUCKETS, registry=r)
+        self.state_up = Gauge("specgate_state_up",
+                              "1 when the shared state store (Redis) answered the last command", registry=r)
+        self.state_configured = Gauge("specgate_state_configured",
+                                      "1 when SPECGATE_STATE_URL names a shared state store; 0: one process "
+                                      "decides alone (specgate_state_up is 0 then too)", registry=r)
+        self.state_errors = Counter("specgate_state_errors",
+                                    "Shared state store commands that failed, by the part that ran them",
+                                    ["part"], registry=r)
+        self.fleet_replicas = Gauge("specgate_fleet_replicas",
+                                    "Other live replicas whose in-flight counts routing adds (shared state)",
+                                    registry=r)
+        self.shared_observations = Counter("specgate_shared_observations",
+                                           "Latency observations shared with the other replicas, by direction",
+                                           ["direction"], registry=r)
         self.overhead = Histogram("specgate_overhead_seconds",
                                   "Time spent in the gateway before the backend request is sent",
                                   buckets=OVERHEAD_BUCKETS, registry=r)

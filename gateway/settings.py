@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+STATE_URL_SCHEMES = ("redis://", "rediss://", "unix://")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_PASSWORD_QUERY = re.compile(r"(?i)(password=)[^&#]*")
+
+
+def redact_url(url: str) -> str:
+    """The URL with its user and password (in the authority or the query) replaced by `***`."""
+    url = _PASSWORD_QUERY.sub(r"\1***", url)
+    if "@" not in url:
+        return url
+    scheme = _SCHEME.match(url)
+    prefix = scheme.group(0) if scheme else ""
+    return f"{prefix}:***@{url.rsplit('@', 1)[1]}"
 
 
 def default_policy_path() -> Path:
@@ -36,3 +52,36 @@ class Settings(BaseSettings):
     api_keys: str | None = Field(default=None, repr=False)  # "key1,key2:pool+pool"
     api_keys_file: Path | None = None
     drain_timeout_s: float = 30.0
+    # Shared state: unset, one process decides alone. redis://, rediss:// or unix:// (Redis or Valkey).
+    state_url: str | None = Field(default=None, repr=False)  # may carry a password
+    state_namespace: str = "default"  # keys are specgate:{namespace}:..., so fleets can share a Redis
+    state_timeout_s: float = 1.0  # one Redis command or connection attempt, in background tasks only
+    state_start_wait_s: float = 2.0  # at start-up, how long to wait for the shared overrides
+    # With a state URL one guard leads: a lease of this TTL, renewed (and tried by the others) this often
+    guard_lease_ttl_s: float = Field(default=3.0, gt=0)
+    guard_lease_renew_s: float = Field(default=1.0, gt=0)  # under the TTL; also how often followers re-read
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:  # its message repeats each bad value: not a state URL's password
+            raise _without_state_url_secrets(exc) from None
+
+    @field_validator("state_url")
+    @classmethod
+    def _state_url_scheme(cls, url: str | None) -> str | None:
+        """An empty URL is no URL (one process); any other must name a Redis or Valkey."""
+        url = (url or "").strip()
+        if url and not url.startswith(STATE_URL_SCHEMES):
+            raise ValueError("SPECGATE_STATE_URL must start with redis://, rediss:// or unix:// "
+                             "(a Redis or Valkey server)")
+        return url or None
+
+
+def _without_state_url_secrets(exc: ValidationError) -> ValidationError:
+    """The same errors, with a refused state URL's user and password redacted; other values kept."""
+    errors = exc.errors()
+    for error in errors:
+        if error["loc"][:1] == ("state_url",) and isinstance(error["input"], str):
+            error["input"] = redact_url(error["input"])
+    return ValidationError.from_exception_data(exc.title, errors)  # type: ignore[arg-type]  # errors() rows are line errors

@@ -67,8 +67,8 @@ def render_prometheus_rule(alerts_text: str) -> str:
 def render_gateway_config(policy_text: str, flags_text: str = FLAGS) -> str:
     return _dump(
         "# Generated from policies/examples/compose.yaml by deploy/k8s/render.py: edit the\n"
-        "# policy there. In the cluster, flags.yaml (manual speculation overrides) may be\n"
-        "# edited live: kubectl edit configmap specgate-gateway-config.\n",
+        "# policy there. flags.yaml holds the initial speculation modes, read once at\n"
+        "# start-up; with a state store, change them with PUT /admin/flags/{pool}.\n",
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",

@@ -19,6 +19,13 @@ source that answers too slowly counts as unreadable, it never holds the loop.
 With `guard.classes.enabled`, traffic classes (domain x temperature bucket)
 whose gateway-measured time per output token is slower on the speculative
 pool than on the standard pool are taken off the pool one by one.
+
+With a `leadership` (gateways sharing state), only the leader checks: before
+each check the guard asks it for a fencing token, and after the check hands its
+verdicts and the reported load to the `sink` under that token. A follower
+neither reads nor judges; its flags come from the leader (see
+`gateway/control/verdicts.py`). On taking the lead the streaks start again and
+the next recovery waits `min_hold_s`, so a change of leader never flaps a pool.
 """
 
 from __future__ import annotations
@@ -35,13 +42,24 @@ from gateway.control.baseline import Baseline, BaselineError, read_baseline
 from gateway.control.signals import PoolSignals, SignalError, Target, finite, settle
 from gateway.decide.policy import GuardSpec, Policy
 from gateway.decide.traffic import ClassComparison, ClassLatency
-from gateway.flags import FlagStore
+from gateway.flags import FlagStore, PoolFlag
 from gateway.load import LoadReport
 from gateway.metrics import GatewayMetrics
 
 
 class SignalSource(Protocol):
     async def read(self, targets: Sequence[Target], spec: GuardSpec) -> Mapping[str, PoolSignals]: ...
+
+
+class Leadership(Protocol):
+    def lead(self) -> int | None:
+        """The fencing token while this process leads, else None."""
+
+    def status(self) -> dict[str, Any]: ...
+
+
+class VerdictSink(Protocol):
+    async def publish(self, token: int, pools: Mapping[str, PoolFlag], reported: Mapping[str, int]) -> bool: ...
 
 
 class LiveState(Protocol):
@@ -76,7 +94,8 @@ class Guard:
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  class_latency: ClassLatency | None = None,
                  load_baseline: Callable[[str], Baseline] = read_baseline,
-                 check_timeout_s: float = 10.0) -> None:
+                 check_timeout_s: float = 10.0, leadership: Leadership | None = None,
+                 sink: VerdictSink | None = None) -> None:
         self.runtime = runtime
         self.load_report = runtime.reported
         self.flags = flags
@@ -87,6 +106,9 @@ class Guard:
         self.class_latency = class_latency
         self.load_baseline = load_baseline
         self.check_timeout_s = check_timeout_s
+        self.leadership = leadership
+        self.sink = sink
+        self.leading: bool | None = None  # at the last check; None before the first
         self.log = structlog.get_logger("specgate.guard")
         self.started = clock()
         self.pools: dict[str, PoolState] = {}
@@ -112,12 +134,35 @@ class Guard:
             self.metrics.guard_up.set(1)  # nothing to read, nothing failing
             return
         speculative = policy.speculative_pools
-        baselines = {n: policy.baseline_pool(n) for n in speculative}
         for name in list(self.pools):
             if name not in speculative:
                 del self.pools[name]
         for name in speculative:
             self.pools.setdefault(name, PoolState(last_flip=self.started))
+        token = self.leadership.lead() if self.leadership is not None else None
+        if not self._lead(token):
+            return
+        await self._check(policy, spec)
+        if token is not None and self.sink is not None:
+            await self.sink.publish(token, {n: self.flags.get(n) for n in speculative if n in self.flags.snapshot()},
+                                    self.load_report.snapshot())
+
+    def _lead(self, token: int | None) -> bool:
+        """Whether this process checks now; on taking the lead, the streaks start again."""
+        leading = self.leadership is None or token is not None
+        if leading and self.leading is False:
+            now = self.clock()
+            for state in self.pools.values():
+                state.bad, state.good, state.last_flip = 0, 0, now
+        if not leading:
+            for state in self.pools.values():
+                state.verdict, state.bad, state.good = "following", 0, 0
+        self.leading = leading
+        return leading
+
+    async def _check(self, policy: Policy, spec: GuardSpec) -> None:
+        speculative = policy.speculative_pools
+        baselines = {n: policy.baseline_pool(n) for n in speculative}
         names = list(dict.fromkeys([*speculative, *(b for b in baselines.values() if b)]))
         targets = [Target(n, policy.pools[n].dialect, tuple(e.url for e in policy.pools[n].endpoints))
                    for n in names]
@@ -284,6 +329,8 @@ class Guard:
             }
         return {
             "enabled": spec.enabled,
+            "leader": self.leadership is None or self.leadership.lead() is not None,
+            "leadership": self.leadership.status() if self.leadership is not None else None,
             "source": spec.source,
             "up": self.up,
             "error": self.last_error,

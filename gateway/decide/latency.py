@@ -259,6 +259,7 @@ class LatencyModel:
             speculative: ([self.priors.ttft(load) for load in loads],
                           [self.priors.tpot(load, speculative) for load in loads])
             for speculative in (False, True)}
+        self._scale = [1.0, 1.0]  # measured over prior, TTFT and TPOT, across the pools that answered
         self._cold = {speculative: self._fit_pool(_Pair(buckets), speculative) for speculative in (False, True)}
 
     def __len__(self) -> int:
@@ -311,6 +312,7 @@ class LatencyModel:
         pairs = [{"pool": pool, "class": cls, **tables(self._current(pool, cls, force=True))}
                  for pool, cls in list(self._pairs)]
         return {"half_life_s": self.half_life_s, "max_pairs": self.max_pairs, "pool_lends": self.pool_lends,
+                "prior_scale": {"ttft": self._scale[0], "tpot": self._scale[1]},
                 "buckets": [bucket_label(b, self._last) for b in range(self._buckets)],
                 "speculative_pools": sorted(self.speculative_pools), "priors": asdict(self.priors),
                 "pools": pools, "pairs": pairs}
@@ -318,10 +320,13 @@ class LatencyModel:
     def _current_pool(self, pool: str, force: bool = False) -> _Pair:
         """The pool's curve, refitted if it heard something new (at most every `refit_s`)."""
         curve = self._pools.get(pool)
-        if curve is None:
+        if curve is None:  # its priors, scaled by what the others measured lately
+            for other in self._pools:
+                self._current_pool(other, force)
             return self._cold[pool in self.speculative_pools]
         if curve.fitted_at < curve.updated and (force or self._clock() - curve.fitted_at >= self.refit_s):
             self._fit_pool(curve, pool in self.speculative_pools)
+            self._rescale()
         return curve
 
     def _current(self, pool: str, cls: str, force: bool = False) -> _Pair:
@@ -340,9 +345,32 @@ class LatencyModel:
             self._fit_class(pair, curve)
         return pair
 
+    def _rescale(self) -> None:
+        """How much slower or faster than the priors the pools that answered are,
+        applied to the priors of a pool that has not: the hardware is shared, so
+        CPU backends measured 10x slower than the GPU priors make an unmeasured
+        pool's prior 10x slower too, instead of a lure every request takes."""
+        scale = []
+        for metric in (0, 1):
+            measured = expected = 0.0
+            for pool, curve in self._pools.items():
+                series = curve.series()[metric]
+                if not series.fit_weight:
+                    continue  # not fitted yet
+                prior = self._prior_tables[pool in self.speculative_pools][metric]
+                measured += sum(w * m for w, m in zip(series.fit_weight, series.mean, strict=True))
+                expected += sum(w * p for w, p in zip(series.fit_weight, prior, strict=True))
+            scale.append(measured / expected if expected > 0 and measured > 0 else 1.0)
+        if any(abs(new / old - 1) > 0.02 for new, old in zip(scale, self._scale, strict=True)):
+            self._scale = scale
+            for speculative, cold in self._cold.items():
+                cold.updated = self._clock()  # classes anchored on it refit
+                self._fit_pool(cold, speculative)
+
     def _fit_pool(self, curve: _Pair, speculative: bool) -> _Pair:
         w0, spread2 = self.priors.weight, self.priors.relative_stddev ** 2
-        for series, prior in zip(curve.series(), self._prior_tables[speculative], strict=True):
+        for series, table, scale in zip(curve.series(), self._prior_tables[speculative], self._scale, strict=True):
+            prior = [scale * value for value in table]
             _, weights = series.forgotten(curve.updated, self._decay_rate)
             anchors = _anchors(series.mean, weights, prior, w0)
             series.fit(anchors, [spread2 * a * a for a in anchors], [0.0] * len(anchors), w0, curve.updated,

@@ -17,13 +17,16 @@ from gateway.decide.policy import PolicyError
 from gateway.edge.endpoints import ProxyEndpoints, read_body
 from gateway.errors import Forbidden, InvalidRequest, NotFound
 from gateway.flags import FlagStore, Mode
+from gateway.state.overrides import SharedOverrides
 
 Handler = Callable[[Request], Awaitable[Response]]
 
 
 class AdminAPI:
     def __init__(self, token: str | None, proxy: ProxyEndpoints, flags: FlagStore,
-                 reloader: PolicyReloader, guard_status: Callable[[], dict[str, Any]] | None = None) -> None:
+                 reloader: PolicyReloader, guard_status: Callable[[], dict[str, Any]] | None = None,
+                 overrides: SharedOverrides | None = None) -> None:
+        self.overrides = overrides  # set: modes are shared with every gateway on the state store
         self.guard_status = guard_status
         self._token = token.encode() if token else None
         self.proxy = proxy
@@ -65,7 +68,11 @@ class AdminAPI:
         return _json(routed.to_json(self.flags.snapshot()))
 
     async def get_flags(self, request: Request) -> Response:
-        return _json({name: flag.to_json() for name, flag in self.flags.snapshot().items()})
+        flags = {name: flag.to_json() for name, flag in self.flags.snapshot().items()}
+        if self.overrides is not None:
+            for name, flag in flags.items():
+                flag["override"] = self.overrides.describe(name)
+        return _json(flags)
 
     async def put_flag(self, request: Request) -> Response:
         pool = request.path_params["pool"]
@@ -76,8 +83,12 @@ class AdminAPI:
             mode = Mode(body.get("mode"))
         except ValueError:
             raise InvalidRequest("'mode' must be one of auto, force_on, force_off", param="mode") from None
-        flag = self.flags.set_mode(pool, mode, reason=f"admin:{mode.value}")
-        return _json({pool: flag.to_json()})
+        if self.overrides is None:
+            flag = self.flags.set_mode(pool, mode, reason=f"admin:{mode.value}")
+            return _json({pool: flag.to_json()})
+        flag, shared = await self.overrides.set(pool, mode, reason=f"admin:{mode.value}")
+        answer = {**flag.to_json(), "override": self.overrides.describe(pool)}
+        return _json({pool: answer}) if shared else JSONResponse(_finite({pool: answer}), status_code=202)
 
     async def get_guard(self, request: Request) -> Response:
         """The guard's last signals and state machine counters, per speculative pool."""

@@ -21,10 +21,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.capture.stage import Capture
-from gateway.control.flag_file import FlagFile
+from gateway.control.flag_file import FlagFile, restore_initial
 from gateway.control.guard import Guard
+from gateway.control.leader import Leader, holder_name
 from gateway.control.reload import PolicyReloader
 from gateway.control.signals import PrometheusSource, ScrapeSource
+from gateway.control.verdicts import SharedVerdicts
 from gateway.decide.latency import LatencyModel
 from gateway.decide.policy import Policy, load_policy
 from gateway.decide.traffic import ClassLatency
@@ -36,6 +38,10 @@ from gateway.edge.middleware import FastHandler, HeaderLimitMiddleware, RequestI
 from gateway.flags import FlagStore, PoolFlag, reason_word
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
+from gateway.state.fleet_load import FleetLoad
+from gateway.state.overrides import SharedOverrides
+from gateway.state.shared_learning import Observation, SharedLearning
+from gateway.state.store import StateStore
 from gateway.upstream.meter import Measurement
 from gateway.upstream.pools import Endpoint, HealthMonitor, Pool
 from gateway.upstream.runtime import Runtime
@@ -61,11 +67,14 @@ class GatewayParts:
     def __init__(self, settings: Settings, policy: Policy) -> None:
         self.settings = settings
         self.metrics = GatewayMetrics()
+        self.state = state_store(settings, self.metrics)  # before the parts that share through it
         self.runtime = Runtime(policy)
         self.flags = FlagStore(policy.speculative_pools)
+        self.overrides = SharedOverrides(self.state, self.flags) if self.state is not None else None
         self.class_latency = ClassLatency()
         self.latency = latency_model(policy)
         self.capture = Capture(policy.spec.capture, self.metrics)
+        self.fleet, self.learning = self._shared_routing()
         self.proxy = ProxyEndpoints(settings, self.runtime, self.flags, self.metrics,
                                     ClientKeys.load(settings.api_keys, settings.api_keys_file),
                                     class_latency=self.class_latency, latency=self.latency,
@@ -77,13 +86,13 @@ class GatewayParts:
         self.sources: SignalSources = {"scrape": ScrapeSource()}
         if settings.prometheus_url:
             self.sources["prometheus"] = PrometheusSource(settings.prometheus_url)
-        self.guard = Guard(self.runtime, self.flags, self.metrics, self.sources, class_latency=self.class_latency)
+        self.verdicts = self._guard_verdicts()
+        self.guard = Guard(self.runtime, self.flags, self.metrics, self.sources, class_latency=self.class_latency,
+                           leadership=self.verdicts.leader if self.verdicts else None, sink=self.verdicts)
         self.admin = AdminAPI(settings.admin_token, self.proxy, self.flags, self.reloader,
-                              guard_status=self.guard.status)
+                              guard_status=self.guard.status, overrides=self.overrides)
         self.flags.add_listener(self.record_flag)
-        self.flag_file = FlagFile(settings.flags_file, self.flags) if settings.flags_file else None
-        if self.flag_file is not None:
-            self.flag_file.restore()
+        self.flag_file = self._flag_file(settings)
         for name, flag in self.flags.snapshot().items():
             self.metrics.speculative_enabled.labels(name).set(int(flag.routable))
 
@@ -117,14 +126,55 @@ class GatewayParts:
         if measurement.streamed and measurement.traffic_class is not None:
             self.latency.observe(measurement.pool, measurement.traffic_class, measurement.load,
                                  measurement.ttft_s, measurement.tpot_s)
+            if self.learning is not None:  # shared with the other replicas at the next flush
+                self.learning.record(Observation(measurement.pool, measurement.traffic_class, measurement.load,
+                                                 measurement.ttft_s, measurement.tpot_s))
+
+    def learned(self, seen: Observation) -> None:
+        """Another replica's observation: into this replica's model as if made here."""
+        self.latency.observe(seen.pool, seen.cls, seen.load, seen.ttft_s, seen.tpot_s)
+
+    def _shared_routing(self) -> tuple[FleetLoad | None, SharedLearning | None]:
+        """With shared state: the fleet's load for routing, and the latency model's observations merged."""
+        if self.state is None:
+            return None, None
+        replica = holder_name()  # this process, as the fleet's keys name it
+        fleet = FleetLoad(self.state, replica, self.runtime.counts)
+        self.runtime.others = fleet.others
+        return fleet, SharedLearning(self.state, replica, self.learned)
+
+    def _guard_verdicts(self) -> SharedVerdicts | None:
+        """With shared state one guard leads and the others apply its verdicts; alone, it leads."""
+        self.metrics.guard_leader.set(int(self.state is None))
+        if self.state is None:
+            return None
+        s = self.settings
+        leader = Leader(self.state, ttl_s=s.guard_lease_ttl_s, renew_s=s.guard_lease_renew_s,
+                        on_change=self.metrics.guard_leader.set)
+        return SharedVerdicts(self.state, leader, self.flags, self.runtime.reported, read_s=s.guard_lease_renew_s)
+
+    def _flag_file(self, settings: Settings) -> FlagFile | None:
+        """Alone, the flags file keeps and shares modes; with a store it gives the initial ones only."""
+        if not settings.flags_file:
+            return None
+        if self.state is None:
+            flag_file = FlagFile(settings.flags_file, self.flags)
+            flag_file.restore()
+            return flag_file
+        restore_initial(settings.flags_file, self.flags)
+        self.log.info("flags_file_initial_only", path=str(settings.flags_file),
+                      detail="SPECGATE_STATE_URL is set: the store holds the modes; the file is not watched "
+                             "or written")
+        return None
 
     def record_flag(self, pool: str, before: PoolFlag, after: PoolFlag) -> None:
         self.metrics.speculative_enabled.labels(pool).set(int(after.routable))
         if before.routable != after.routable:
             self.metrics.flag_flips.labels(pool, reason_word(after.reason)).inc()
-        self.log.info("flag_changed", pool=pool, mode=after.mode.value, enabled=after.routable,
-                      reason=after.reason, evidence=dict(after.evidence),
-                      disabled_classes=sorted(after.disabled_classes))
+        following = self.verdicts is not None and self.verdicts.applying  # the leader logs the flip
+        log = self.log.debug if following else self.log.info
+        log("flag_changed", pool=pool, mode=after.mode.value, enabled=after.routable,
+            reason=after.reason, evidence=dict(after.evidence), disabled_classes=sorted(after.disabled_classes))
 
     def watch_pools(self) -> None:
         """Health checks on the pools in force, and their endpoints' gauges."""
@@ -141,6 +191,13 @@ class GatewayParts:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         self.watch_pools()
+        if self.state is not None:
+            self.state.start()
+        for shared in (self.fleet, self.learning, self.verdicts):
+            if shared is not None:
+                shared.start()
+        if self.overrides is not None:  # the stored modes before serving, if Redis answers in time
+            await self.overrides.start(self.settings.state_start_wait_s)
         interval = self.settings.policy_watch_interval_s
         tasks = [asyncio.create_task(self.reloader.watch(interval)), asyncio.create_task(self.guard.run()),
                  asyncio.create_task(self.capture.run())]
@@ -156,6 +213,8 @@ class GatewayParts:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.verdicts is not None:  # first, so that another guard leads at once
+            await self.verdicts.aclose()
         if self.flag_file is not None:
             await self.flag_file.flush()
         for source in self.sources.values():
@@ -163,6 +222,13 @@ class GatewayParts:
         await self.health.stop()
         await self.health.client.aclose()
         await self.runtime.aclose()
+        if self.overrides is not None:
+            await self.overrides.aclose()
+        for shared in (self.fleet, self.learning):
+            if shared is not None:
+                await shared.aclose()
+        if self.state is not None:
+            await self.state.aclose()
         self.log.info("stopped")  # after the drain (or its timeout)
 
     async def healthz(self, request: Request) -> Response:
@@ -193,6 +259,14 @@ def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
     app.state.guard = parts.guard
     app.state.parts = parts
     return app
+
+
+def state_store(settings: Settings, metrics: GatewayMetrics) -> StateStore | None:
+    """The shared state store when SPECGATE_STATE_URL is set; None: this process decides alone."""
+    metrics.state_configured.set(int(bool(settings.state_url)))
+    if not settings.state_url:
+        return None
+    return StateStore(settings.state_url, settings.state_namespace, metrics, settings.state_timeout_s)
 
 
 def latency_model(policy: Policy) -> LatencyModel:

@@ -11,6 +11,11 @@ the next request is decided. Two things would still hide it:
   since the report are added to it instead (and those finished since taken off).
 - a request waiting in a full pool's queue holds no lease yet: the pool's
   waiters are added.
+
+With shared state the gateway's own count is the fleet's: this replica's
+live in-flight count plus the other replicas' as last published (refreshed
+in the background every 100 ms, see gateway/state/fleet_load.py), so a burst
+through another replica moves this one's decisions too.
 """
 
 from __future__ import annotations
@@ -28,13 +33,14 @@ class DecisionLoad:
 
     def __call__(self) -> dict[str, int]:
         reported = self.runtime.reported.snapshot()
+        others = self.runtime.others()
         pools = self.runtime.pools
         if reported is not self._report:  # a new report: what is in flight now is in it
             self._report = reported
-            self._at_report = {name: pool.in_flight for name, pool in pools.items()}
+            self._at_report = {name: pool.in_flight + others.pool(name) for name, pool in pools.items()}
         load = {}
         for name, pool in pools.items():
-            own = pool.in_flight
-            since = own - self._at_report.get(name, own)
-            load[name] = max(own, reported.get(name, 0) + since) + pool.queue.waiting
+            fleet = pool.in_flight + others.pool(name)
+            since = fleet - self._at_report.get(name, fleet)
+            load[name] = max(fleet, reported.get(name, 0) + since) + pool.queue.waiting
         return load

@@ -1,9 +1,10 @@
 """Backend pools at run time: endpoints, their health, and picking one.
 
 Picking is least-outstanding-requests with two random choices drawn by
-weight. An endpoint leaves rotation when its active health check fails or
-after `eject_after` consecutive request failures (passive ejection, with
-exponential back-off). When an ejection's back-off ends the endpoint is
+weight; with shared state an endpoint's outstanding count adds the other
+replicas' as last published (`Pool.elsewhere`). An endpoint leaves rotation
+when its active health check fails or after `eject_after` consecutive
+request failures (passive ejection, with exponential back-off). When an ejection's back-off ends the endpoint is
 half-open: exactly one request may try it; success restores it, failure
 ejects it again for twice as long, and a neutral release (the client left
 before the answer began: nothing was learnt) lets the next request try. If
@@ -22,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import httpx
 
@@ -108,6 +110,7 @@ class Pool:
         self.endpoints = [Endpoint(e.url, e.weight, e.max_in_flight or spec.max_in_flight)
                           for e in spec.endpoints]
         self.in_flight = 0  # requests this gateway has open on the pool
+        self.elsewhere: Callable[[], Mapping[str, int]] = _nowhere  # url -> other replicas' in flight
         self.on_health_change: Callable[[Endpoint], None] = lambda endpoint: None
         self.queue = WaitQueue(name, *queue_limits(spec), free=self.free)
 
@@ -207,12 +210,22 @@ class Pool:
             return candidates[0]
         weights = [e.weight for e in candidates]
         a, b = self.rng.choices(candidates, weights=weights, k=2)
-        return a if (a.outstanding + 1) / a.weight <= (b.outstanding + 1) / b.weight else b
+        elsewhere = self.elsewhere()
+        load_a = a.outstanding + elsewhere.get(a.url, 0) + 1
+        load_b = b.outstanding + elsewhere.get(b.url, 0) + 1
+        return a if load_a / a.weight <= load_b / b.weight else b
 
     def _least_bad(self, endpoints: list[Endpoint]) -> Endpoint:
         if not endpoints:
             raise NoHealthyBackend(f"pool '{self.name}' is at its in-flight limit")
         return min(endpoints, key=lambda e: (not e.healthy, e.ejected_until, e.failures, e.outstanding))
+
+
+_NO_COUNTS: Mapping[str, int] = MappingProxyType({})
+
+
+def _nowhere() -> Mapping[str, int]:
+    return _NO_COUNTS
 
 
 def queue_limits(spec: PoolSpec) -> tuple[int, float]:

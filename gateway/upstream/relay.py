@@ -203,6 +203,10 @@ class Relay:
                 async for chunk in chunks:
                     await self._send_events(send, events.feed(chunk), outcome)
         except (httpx.HTTPError, TimeoutError) as exc:
+            if outcome.delivered:  # [DONE] went out: the answer is whole, only the backend's close was late
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                outcome.ok = True
+                return
             # Only whole events went out, so the error event is one the client can parse.
             error = upstream_error(exc)
             outcome.status, outcome.error = error.status_code, error

@@ -9,10 +9,12 @@ is done.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 
 from gateway.decide.policy import Policy
 from gateway.load import LoadReport
+from gateway.state.fleet_load import NOWHERE, Elsewhere, LocalCounts
 from gateway.upstream.pools import Pool
 from gateway.upstream.upstream import Upstream
 
@@ -23,6 +25,7 @@ class Runtime:
         self.reported = reported or LoadReport()
         self.upstreams: dict[str, Upstream] = {}
         self.pools: dict[str, Pool] = {}  # the upstreams' pools, by name
+        self.others: Callable[[], Elsewhere] = lambda: NOWHERE  # the other replicas' counts (shared state)
         self._retiring: dict[asyncio.Task[None], Upstream] = {}
         self.apply(policy)
 
@@ -37,6 +40,7 @@ class Runtime:
                 upstreams[name] = kept
                 continue
             upstreams[name] = Upstream(Pool(name, spec))
+            upstreams[name].pool.elsewhere = functools.partial(self._endpoints_elsewhere, name)
             created.append(upstreams[name].pool)
         self.policy, self.upstreams = policy, upstreams
         self.pools = {name: upstream.pool for name, upstream in upstreams.items()}
@@ -49,12 +53,22 @@ class Runtime:
         return [self.upstreams[name] for name in names]
 
     def load(self) -> Mapping[str, int]:
-        """Each pool's load: the larger of this gateway's count (in flight, and
-        waiting in the pool's queue for a slot) and the backends' running +
-        waiting as last reported."""
-        reported = self.reported.snapshot()
-        return {name: max(pool.in_flight + pool.queue.waiting, reported.get(name, 0))
+        """Each pool's load: the larger of the fleet's count (this gateway's in
+        flight and waiting in the pool's queue, plus the other replicas' as last
+        published) and the backends' running + waiting as last reported."""
+        reported, others = self.reported.snapshot(), self.others()
+        return {name: max(pool.in_flight + pool.queue.waiting + others.pool(name), reported.get(name, 0))
                 for name, pool in self.pools.items()}
+
+    def counts(self) -> LocalCounts:
+        """What this gateway publishes to the fleet: per pool in flight + waiting,
+        per endpoint in flight."""
+        pools = self.pools
+        return LocalCounts({name: pool.in_flight + pool.queue.waiting for name, pool in pools.items()},
+                           {(name, e.url): e.outstanding for name, pool in pools.items() for e in pool.endpoints})
+
+    def _endpoints_elsewhere(self, pool: str) -> Mapping[str, int]:
+        return self.others().endpoint_counts(pool)
 
     async def aclose(self) -> None:
         retiring = list(self._retiring.values())

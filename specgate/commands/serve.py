@@ -8,6 +8,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
+
+WORKERS_HELP = (
+    "worker processes, each a whole gateway, sharing the port through SO_REUSEPORT (default 1). "
+    "More than 1 needs SPECGATE_STATE_URL, so the workers share overrides, the guard and the "
+    "load through Redis. SIGTERM or SIGINT stops every worker, each draining for "
+    "SPECGATE_DRAIN_TIMEOUT_S; if a worker dies, serve names it on stderr, stops the others "
+    "and exits 1, so a supervisor (systemd, Kubernetes) restarts the whole")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,14 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", help="address to listen on (default: $SPECGATE_HOST or 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to listen on (default: $SPECGATE_PORT or 8080)")
     parser.add_argument("--log-level", help="debug, info, warning or error (default: info)")
+    parser.add_argument("--workers", type=int, default=1, metavar="N", help=WORKERS_HELP)
+    # set by `--workers N` on the processes it starts: the read end of a pipe that closes when it exits
+    parser.add_argument("--worker-of", type=int, help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from gateway.decide.policy import PolicyError
-    from gateway.edge.app import create_app
-    from gateway.edge.http_protocol import with_header_timeout
     from gateway.logs import configure_logging
     from gateway.settings import Settings
 
@@ -31,15 +37,36 @@ def run(args: argparse.Namespace) -> int:
                  {"policy": args.policy, "host": args.host, "port": args.port,
                   "log_level": args.log_level}.items() if value is not None}
     settings = Settings(**overrides)
+    if args.workers != 1 and args.worker_of is None:
+        from specgate.commands.serve_workers import supervise
+        return supervise(args, settings)
     configure_logging(settings.log_level)
+    app = _app(settings)
+    if app is None:
+        return 1
+    if args.worker_of is not None:
+        from specgate.commands.serve_workers import serve_worker
+        return serve_worker(app, settings, args.worker_of)
+    import uvicorn
+    uvicorn.run(app, **uvicorn_options(settings))
+    return 0
+
+
+def _app(settings: Any) -> Any:
+    """The gateway app, or None after saying on stderr why the policy cannot be used."""
+    from gateway.decide.policy import PolicyError
+    from gateway.edge.app import create_app
     try:
-        app = create_app(settings)
+        return create_app(settings)
     except PolicyError as exc:
         print(exc, file=sys.stderr)
-        return 1
+        return None
+
+
+def uvicorn_options(settings: Any) -> dict[str, Any]:
+    """How uvicorn serves the gateway, one process or each worker of many."""
+    from gateway.edge.http_protocol import with_header_timeout
     # uvicorn types the drain as int but waits with asyncio: a float is kept exact (int() made 0.8 s none)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                timeout_graceful_shutdown=settings.drain_timeout_s,  # type: ignore[arg-type]  # float: drained exactly
-                http=with_header_timeout(settings.header_timeout_s),
-                lifespan="on")
-    return 0
+    return {"host": settings.host, "port": settings.port, "log_level": "warning", "access_log": False,
+            "timeout_graceful_shutdown": settings.drain_timeout_s,
+            "http": with_header_timeout(settings.header_timeout_s), "lifespan": "on"}

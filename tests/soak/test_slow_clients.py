@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.vllm import FakeVllm
+from tests.fakes.waiting import wait_until
 from tests.integration.gateway.test_request_path import kernel_buffer_bytes
-from tests.integration.guard.conftest import wait_until
 from tests.soak.gateway_process import GatewayProcess, one_pool_policy
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(120)]

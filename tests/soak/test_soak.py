@@ -168,12 +168,18 @@ def summary(report: LoadReport, records: dict[str, dict], kills: int, before: tu
     }
 
 
+def started_backends(directory: Path) -> tuple[Backends, Path]:
+    """The faulty backends, started, and a policy file in `directory` that routes to them."""
+    backends = Backends(directory)
+    backends.start()
+    policy = directory / "policy.yaml"
+    policy.write_text(yaml.safe_dump(backends.policy(), sort_keys=False))
+    return backends, policy
+
+
 def test_soak_with_faults(tmp_path):
     began = time.monotonic()
-    backends = Backends(tmp_path)
-    backends.start()
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(yaml.safe_dump(backends.policy(), sort_keys=False))
+    backends, policy = started_backends(tmp_path)
     gateway = GatewayProcess(policy, tmp_path / "gateway.log")
     try:
         gateway.start()

@@ -12,7 +12,7 @@ import pytest
 
 from tests.fakes.raw_sse import RawSseBackend
 from tests.fakes.vllm import FakeVllm
-from tests.integration.guard.conftest import wait_until
+from tests.fakes.waiting import wait_until
 
 from .conftest import policy_dict
 
@@ -216,6 +216,25 @@ def test_a_client_that_leaves_after_done_had_the_whole_answer(start_gateway, std
         counted = 'specgate_requests_total{code="%s",pool="speculative",rule="default"} 1.0'
         wait_until(lambda: counted % 200 in httpx.get(gw.url + "/metrics").text, "the stream counted as 200", 5)
         assert counted % 499 not in httpx.get(gw.url + "/metrics").text
+
+
+def test_a_backend_that_closes_after_the_deadline_still_gave_a_whole_answer(start_gateway, std_fake):
+    # [DONE] went out before the pool's total timeout; the chunked body ends only
+    # after it. The client reads a whole answer with nothing after [DONE].
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+             "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
+    events = [b"data: " + json.dumps(chunk).encode() + b"\n\n", b"data: [DONE]\n\n"]
+    with RawSseBackend(events, pause_s=3, finish=True) as backend:
+        policy = policy_dict([backend.url], [std_fake.url])
+        policy["pools"]["speculative"]["timeouts"] = {"connect_s": 1, "first_byte_s": 1, "total_s": 1.0}
+        gw = start_gateway(policy)
+        with httpx.stream("POST", gw.base_url + "/chat/completions", timeout=10,
+                          json={"model": "m", "messages": MESSAGES, "stream": True, **GREEDY}) as response:
+            events_read = [e for e in response.read().decode().split("\n\n") if e.strip()]
+    assert events_read[-1] == "data: [DONE]"
+    assert json.loads(events_read[0].removeprefix("data: "))["choices"][0]["delta"]["content"] == "hi"
+    assert 'specgate_requests_total{code="200",pool="speculative",rule="default"} 1.0' \
+        in httpx.get(gw.url + "/metrics").text
 
 
 def test_upstream_4xx_passes_through_unchanged(gateway, spec_fake):

@@ -14,7 +14,7 @@ import pytest
 from starlette.types import Receive, Scope, Send
 
 from backends.serving.server import BackgroundServer
-from tests.integration.guard.conftest import wait_until
+from tests.fakes.waiting import wait_until
 
 from .conftest import Gateway, policy_dict
 from .raw_http import exchange

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import yaml
@@ -13,16 +12,6 @@ import yaml
 from gateway.control.signals import address
 from tests.fakes.process import free_port, wait_until_ok
 from tests.fakes.vllm import FakeVllm
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 25.0) -> None:
-    """Poll `predicate()` until it holds; fail the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"timed out after {timeout} s waiting for: {what}")
 
 
 class Feeder:

@@ -9,8 +9,8 @@ import yaml
 from backends.serving.server import BackgroundServer
 from gateway.edge.app import create_app
 from gateway.settings import Settings
+from tests.fakes.waiting import wait_until
 from tests.integration.gateway.conftest import ADMIN_TOKEN, policy_dict
-from tests.integration.guard.conftest import wait_until
 
 AUTH = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 NESTED = "version: 1\npools: " + "[" * 5000 + "]" * 5000 + "\n"

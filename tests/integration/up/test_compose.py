@@ -24,8 +24,9 @@ GATEWAY_DRAIN_S = Settings.model_fields["drain_timeout_s"].default
 
 
 @pytest.mark.parametrize("profile, drains", [
-    ("cpu", {"engine-speculative": DRAIN_S, "engine-standard": DRAIN_S, "gateway-cpu": GATEWAY_DRAIN_S}),
-    ("gpu", {"vllm-speculative": 0, "vllm-standard": 0, "gateway": GATEWAY_DRAIN_S}),
+    ("cpu", {"engine-speculative": DRAIN_S, "engine-standard": DRAIN_S, "gateway-cpu": GATEWAY_DRAIN_S,
+             "state": 0}),
+    ("gpu", {"vllm-speculative": 0, "vllm-standard": 0, "gateway": GATEWAY_DRAIN_S, "state": 0}),
 ])
 def test_services_run_under_an_init_with_a_grace_beyond_their_drain(profile, drains):
     services = resolved("--profile", profile)["services"]

@@ -17,7 +17,8 @@ GATEWAY_COUNTERS = ("requests", "upstream_errors", "retries", "flag_flips", "pol
                     "route_decisions")
 GATEWAY_HISTOGRAMS = ("request_duration_seconds", "time_to_first_byte_seconds", "overhead_seconds",
                       "queue_seconds", "predicted_e2e_seconds")
-GATEWAY_GAUGES = ("in_flight", "endpoint_healthy", "speculative_enabled", "guard_up", "queue_waiting")
+GATEWAY_GAUGES = ("in_flight", "endpoint_healthy", "speculative_enabled", "guard_up", "queue_waiting",
+                  "state_up", "state_configured")
 VLLM_COUNTERS = (
     "spec_decode_num_drafts",
     "spec_decode_num_draft_tokens",

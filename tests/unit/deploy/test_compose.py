@@ -18,8 +18,8 @@ from specgate.cli import build_parser
 from tests.unit.deploy.conftest import DEPLOY, REPO, require_tool
 
 STACKS = {
-    "gpu": {"vllm-speculative", "vllm-standard", "gateway", "prometheus", "grafana"},
-    "cpu": {"engine-speculative", "engine-standard", "gateway-cpu", "prometheus", "grafana"},
+    "gpu": {"vllm-speculative", "vllm-standard", "gateway", "state", "prometheus", "grafana"},
+    "cpu": {"engine-speculative", "engine-standard", "gateway-cpu", "state", "prometheus", "grafana"},
 }
 LAUNCH_PROFILES = {"speculative-ngram", "speculative-eagle3", "speculative-draft", "standard"}
 
@@ -102,7 +102,7 @@ def test_dependencies_stay_inside_the_stack_and_wait_for_health(compose_file, st
     backends = {n for n in STACKS[stack] if n.startswith(("vllm-", "engine-"))}
     waits_for = {d for d, s in services[gateway]["depends_on"].items()
                  if s["condition"] == "service_healthy"}
-    assert waits_for == backends
+    assert waits_for == backends | {"state"}
 
 
 def test_healthchecks_probe_the_health_endpoints(compose_file):
@@ -113,6 +113,8 @@ def test_healthchecks_probe_the_health_endpoints(compose_file):
             assert "127.0.0.1:8000/health'" in probe
         elif name.startswith("gateway"):
             assert "/healthz" in probe and "/readyz" in probe
+        elif name == "state":
+            assert probe == "CMD valkey-cli ping"
         else:
             assert "/-/ready" in probe
 
@@ -208,6 +210,31 @@ def test_gateway_command_is_the_cli_contract(compose_file, service):
     assert f"./policies/examples/compose.yaml:{args.policy}:ro" in svc["volumes"]
     assert svc["environment"]["SPECGATE_PROMETHEUS_URL"] == "http://prometheus:9090"
     assert svc["ports"] == ["${SPECGATE_PORT:-8080}:8080"]
+    # more than one worker is refused without a state store
+    assert args.workers > 1 and svc["environment"]["SPECGATE_STATE_URL"]
+
+
+@pytest.mark.parametrize("profile", ["gpu", "cpu"])
+def test_gateway_shares_state_through_the_stack_store_unless_told_otherwise(profile):
+    gateway = "gateway" if profile == "gpu" else "gateway-cpu"
+    services = resolved("--profile", profile)["services"]
+    url = urlsplit(services[gateway]["environment"]["SPECGATE_STATE_URL"])
+    assert (url.scheme, url.hostname, url.port) == ("redis", "state", 6379)
+    managed = "rediss://gateway:secret@redis.example.com:6380/0"
+    changed = resolved("--profile", profile, env={"SPECGATE_STATE_URL": managed})["services"]
+    assert changed[gateway]["environment"]["SPECGATE_STATE_URL"] == managed
+
+
+def test_state_store_persists_and_stays_inside_the_stack(compose_file):
+    state = compose_file["services"]["state"]
+    command = state["command"]
+    assert command[0] == "valkey-server"
+    assert command[command.index("--appendonly") + 1] == "yes"
+    data = command[command.index("--dir") + 1]
+    assert f"state-data:{data}" in state["volumes"] and "state-data" in compose_file["volumes"]
+    assert command[command.index("--maxmemory-policy") + 1] == "noeviction"
+    assert "ports" not in state and "profiles" not in state
+    assert state["restart"] == "unless-stopped"
 
 
 def test_dockerfile_default_command_is_the_cli_contract():

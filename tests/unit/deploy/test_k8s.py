@@ -58,7 +58,7 @@ def test_builtin_kinds_pass_strict_schema_validation(k8s_documents, version):
             pytest.fail(f"{filename}: {document['kind']} {exc.message} at {list(exc.path)}")
         validated.add(document["kind"])
     assert skipped == NOT_IN_SCHEMAS
-    assert {"Deployment", "Service", "ConfigMap", "PodDisruptionBudget",
+    assert {"Deployment", "StatefulSet", "Service", "ConfigMap", "PodDisruptionBudget",
             "HorizontalPodAutoscaler", "Namespace", "NetworkPolicy"} <= validated
 
 
@@ -113,6 +113,11 @@ def test_configmap_holds_the_compose_policy_and_flags(k8s_documents):
             assert url.port in {p["port"] for p in service["spec"]["ports"]}
 
 
+def workloads(k8s_documents) -> dict[str, dict]:
+    """Deployments and StatefulSets by name."""
+    return {d["metadata"]["name"]: d for kind in ("Deployment", "StatefulSet") for d in by_kind(k8s_documents, kind)}
+
+
 def gateway_container(k8s_documents):
     deployment = one(k8s_documents, "Deployment", "specgate-gateway")
     return deployment, deployment["spec"]["template"]["spec"]["containers"][0]
@@ -134,7 +139,7 @@ def test_gateway_reads_policy_and_flags_from_the_configmap(k8s_documents):
 
 def test_gateway_probes_replicas_and_resources(k8s_documents):
     deployment, container = gateway_container(k8s_documents)
-    assert deployment["spec"]["replicas"] >= 2
+    assert deployment["spec"]["replicas"] == 3
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert {"cpu", "memory"} <= set(container["resources"]["requests"])
@@ -146,7 +151,7 @@ def test_gateway_probes_replicas_and_resources(k8s_documents):
 
 
 def test_service_pdb_hpa_and_monitors_point_at_the_right_objects(k8s_documents):
-    deployments = {d["metadata"]["name"]: d for d in by_kind(k8s_documents, "Deployment")}
+    deployments = workloads(k8s_documents)
     pod_labels = {n: d["spec"]["template"]["metadata"]["labels"] for n, d in deployments.items()}
     for name, deployment in deployments.items():
         assert selects(deployment["spec"]["selector"]["matchLabels"], pod_labels[name])
@@ -245,10 +250,10 @@ def test_both_vllm_pools_serve_the_same_model(k8s_documents):
 
 
 def pods(k8s_documents) -> dict[str, dict]:
-    return {d["metadata"]["name"]: d["spec"]["template"] for d in by_kind(k8s_documents, "Deployment")}
+    return {name: workload["spec"]["template"] for name, workload in workloads(k8s_documents).items()}
 
 
-@pytest.mark.parametrize("name", ["specgate-gateway", "vllm-speculative", "vllm-standard"])
+@pytest.mark.parametrize("name", ["specgate-gateway", "vllm-speculative", "vllm-standard", "specgate-state"])
 def test_every_container_runs_without_privileges(k8s_documents, name):
     """No capabilities, no privilege escalation, the runtime's seccomp profile and no
     API token in any pod. vLLM's image runs as root (its caches live under /root), so
@@ -275,7 +280,7 @@ def peer_selects(peer: dict, namespace_labels: dict, pod_labels: dict) -> bool:
 
 
 def test_only_the_gateway_and_prometheus_reach_the_backends(k8s_documents):
-    [policy] = by_kind(k8s_documents, "NetworkPolicy")
+    policy = one(k8s_documents, "NetworkPolicy", "vllm-ingress")
     templates = pods(k8s_documents)
     guarded = {n for n, t in templates.items()
                if selects(policy["spec"]["podSelector"]["matchLabels"], t["metadata"]["labels"])}
@@ -295,3 +300,36 @@ def test_only_the_gateway_and_prometheus_reach_the_backends(k8s_documents):
                 for ns, ns_labels in (("specgate", here), ("monitoring", monitoring))
                 if any(peer_selects(peer, ns_labels, labels) for peer in rule["from"])}
     assert admitted == {("gateway", "specgate"), ("prometheus", "monitoring")}
+
+
+def test_replicas_share_a_persistent_state_store_only_they_reach(k8s_documents):
+    _, container = gateway_container(k8s_documents)
+    url = urlsplit({e["name"]: e.get("value") for e in container["env"]}["SPECGATE_STATE_URL"])
+    store = one(k8s_documents, "StatefulSet", "specgate-state")
+    service = one(k8s_documents, "Service", store["spec"]["serviceName"])
+    assert service["spec"]["clusterIP"] == "None"  # headless: a stable name for the pod
+    assert (url.scheme, url.hostname) == ("redis", f"{store['metadata']['name']}-0.{service['metadata']['name']}")
+    assert url.port in {p["port"] for p in service["spec"]["ports"]}
+    pod = store["spec"]["template"]
+    assert selects(service["spec"]["selector"], pod["metadata"]["labels"])
+    [valkey] = pod["spec"]["containers"]
+    args = valkey["args"]
+    assert args[args.index("--appendonly") + 1] == "yes"
+    [claim] = store["spec"]["volumeClaimTemplates"]
+    assert {m["name"]: m["mountPath"] for m in valkey["volumeMounts"]}[claim["metadata"]["name"]] == (
+        args[args.index("--dir") + 1])
+    assert claim["spec"]["resources"]["requests"]["storage"]
+    assert {"cpu", "memory"} <= set(valkey["resources"]["requests"]) & set(valkey["resources"]["limits"])
+    policy = one(k8s_documents, "NetworkPolicy", "state-ingress")
+    templates = pods(k8s_documents)
+    guarded = {n for n, t in templates.items()
+               if selects(policy["spec"]["podSelector"]["matchLabels"], t["metadata"]["labels"])}
+    assert guarded == {"specgate-state"} and policy["spec"]["policyTypes"] == ["Ingress"]
+    [rule] = policy["spec"]["ingress"]
+    assert [p["port"] for p in rule["ports"]] == [p["targetPort"] for p in service["spec"]["ports"]]
+    here = {"kubernetes.io/metadata.name": "specgate"}
+    admitted = {n for n, t in templates.items()
+                if any(peer_selects(peer, here, t["metadata"]["labels"]) for peer in rule["from"])}
+    assert admitted == {"specgate-gateway"}
+    assert not any(peer_selects(peer, {"kubernetes.io/metadata.name": "monitoring"},
+                                {"app.kubernetes.io/name": "prometheus"}) for peer in rule["from"])

@@ -59,6 +59,7 @@ def test_required_alerts_exist_with_their_windows(alert_rules):
         "SpeculativeLatencyRegression": ("10m", "warning"),
         "GatewayFallbackActive": ("5m", "warning"),
         "GuardDown": ("2m", "warning"),
+        "StateStoreDown": ("2m", "warning"),
     }
     assert set(alerts) == set(expected)
     for name, (window, severity) in expected.items():

@@ -170,7 +170,7 @@ def test_alert_rules_load_and_stay_quiet_on_healthy_series(prometheus):
     groups = get_json(f"{prometheus}/api/v1/rules")["data"]["groups"]
     alerts = {rule["name"]: rule for group in groups for rule in group["rules"] if rule["type"] == "alerting"}
     assert set(alerts) == {"LowAcceptRate", "CriticalAcceptRate", "SpeculativeLatencyRegression",
-                           "GatewayFallbackActive", "GuardDown"}
+                           "GatewayFallbackActive", "GuardDown", "StateStoreDown"}
     assert all(rule["health"] in {"ok", "unknown"} for rule in alerts.values())
     # 0.4 is below 0.5: LowAcceptRate is pending (its `for: 10m` has not elapsed).
     pending = query_until(prometheus, 'ALERTS{alertstate="pending"}', lambda r: len(r) >= 1)

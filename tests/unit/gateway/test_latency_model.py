@@ -278,3 +278,14 @@ def test_the_pools_curve_goes_stale_like_a_class() -> None:
     assert fresh.samples > 0.9 > 10 * stale.samples
     snapshot = json.loads(json.dumps(model.snapshot()))
     assert [pool["pool"] for pool in snapshot["pools"]] == ["standard"]
+
+
+def test_an_unmeasured_pool_is_predicted_as_much_slower_than_its_prior_as_the_measured_ones() -> None:
+    clock = Clock()
+    model, cold = LatencyModel(["spec"], clock=clock), LatencyModel(["spec"], clock=Clock())
+    prior = cold.predict("spec", CLS, 1, 100)
+    feed(model, clock, "spec", 1, 12 * prior.ttft_s, 12 * prior.tpot_s, 20, 0.5)  # CPU backends, GPU priors
+    unmeasured = model.predict("standard", CLS, 1, 100)
+    assert unmeasured.tpot_s == pytest.approx(12 * cold.predict("standard", CLS, 1, 100).tpot_s, rel=0.05)
+    assert unmeasured.ttft_s == pytest.approx(12 * cold.predict("standard", CLS, 1, 100).ttft_s, rel=0.05)
+    assert model.snapshot()["prior_scale"]["tpot"] == pytest.approx(12, rel=0.05)

@@ -1,0 +1,1 @@
+"""What gateways share through Redis (or Valkey): the store and its users."""
