@@ -2,13 +2,15 @@
 
 Greedy decoding of the packaged SmolLM2-135M-Instruct on this CPU, three ways
 per prompt: plain, n-gram chain drafts (one match), n-gram tree drafts
-(several matches merged). Runs are interleaved per prompt and repeated; the
+(several matches merged); with `--drafter eagle3[:PATH]` a fourth, EAGLE-3
+trees from a head (`eagle3` alone: the shipped one), and `--only chat` keeps
+the chat prompts. Runs are interleaved per prompt and repeated; the
 median time counts, and each speculative output is compared with the plain
 one. A prompt type's speed-up is its prompts' plain time over their time.
 Acceptance rate = accepted / drafted tokens along the deepest path (vLLM's
 counting); mean accepted length = 1 + accepted / steps.
 
-    python bench/engine.py [--repeats 3] [--max-tokens 128]
+    python bench/engine.py [--repeats 3] [--max-tokens 128] [--drafter eagle3[:PATH]] [--only chat]
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ import argparse
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from backends.engine.decoding import TreeVerifier
-from backends.engine.generate import DecodeOptions, StepStats, decode
+from backends.engine.drafters import make_drafter_factory
+from backends.engine.generate import DecodeOptions, Drafter, StepStats, decode
 from backends.engine.loading import load_model
 from backends.engine.ngram import NgramConfig, NgramDrafter
 
@@ -78,16 +82,19 @@ PROMPTS = {  # name -> (prompt type, user message)
                                   f"wording:\n\n{ARTICLE}"),
     "summarisation: library": ("summarisation", f"Summarise this notice in three sentences:\n\n{REPORT}"),
     "chat": ("chat", "Give me three tips for learning to cook at home."),
+    "chat: weekend": ("chat", "What could I do on a rainy weekend with two young children?"),
+    "chat: sleep": ("chat", "Why is a regular sleep schedule good for you? Explain briefly."),
 }
-MODES = {
+Factory = Callable[[], Drafter] | None
+MODES: dict[str, Factory] = {
     "plain": None,
-    "chain": NgramConfig(max_matches=1),
-    "tree": NgramConfig(),
+    "chain": lambda: NgramDrafter(NgramConfig(max_matches=1)),
+    "tree": lambda: NgramDrafter(NgramConfig()),
 }
 
 
-def run(verifier: TreeVerifier, prompt: list[int], options: DecodeOptions, config: NgramConfig | None):
-    drafter = NgramDrafter(config) if config else None
+def run(verifier: TreeVerifier, prompt: list[int], options: DecodeOptions, factory: Factory):
+    drafter = factory() if factory else None
     started = time.perf_counter()
     steps = list(decode(verifier, prompt, options, drafter))
     return time.perf_counter() - started, steps
@@ -105,16 +112,17 @@ class Measured:
         return [token for step in self.steps for token in step.tokens]
 
 
-def measure(verifier: TreeVerifier, prompt: list[int], options: DecodeOptions, repeats: int) -> dict[str, Measured]:
+def measure(verifier: TreeVerifier, prompt: list[int], options: DecodeOptions, repeats: int,
+            modes: dict[str, Factory]) -> dict[str, Measured]:
     """Every mode on one prompt, interleaved round by round."""
     run(verifier, prompt, options, None)  # warm-up
-    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
     steps = {}
     for _ in range(repeats):
-        for mode, config in MODES.items():
-            elapsed, steps[mode] = run(verifier, prompt, options, config)
+        for mode, factory in modes.items():
+            elapsed, steps[mode] = run(verifier, prompt, options, factory)
             times[mode].append(elapsed)
-    return {mode: Measured(statistics.median(times[mode]), steps[mode]) for mode in MODES}
+    return {mode: Measured(statistics.median(times[mode]), steps[mode]) for mode in modes}
 
 
 def row(name: str, mode: str, result: Measured, plain: Measured) -> str:
@@ -132,27 +140,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--drafter", help="also decode with this drafter: eagle3 or eagle3:PATH")
+    parser.add_argument("--only", help="keep the prompts of this type (e.g. chat)")
     args = parser.parse_args()
     loaded = load_model("default")
     verifier = TreeVerifier(loaded.model)
+    modes = dict(MODES)
+    if args.drafter:
+        modes[args.drafter.split(":", 1)[0]] = make_drafter_factory(args.drafter, loaded.model)
+    prompts = {name: value for name, value in PROMPTS.items() if args.only in (None, value[0])}
     options = DecodeOptions(max_tokens=args.max_tokens, stop_ids=frozenset({loaded.tokenizer.eos_token_id}))
     print(f"torch threads: {torch.get_num_threads()}")
     print("| prompt | mode | tokens | tokens/s | speed-up | acceptance | mean accepted length | steps | same tokens |")
     print("|---|---|---|---|---|---|---|---|---|")
     seconds_by_type: dict[tuple[str, str], float] = defaultdict(float)
-    for name, (kind, text) in PROMPTS.items():
+    for name, (kind, text) in prompts.items():
         prompt = list(loaded.tokenizer.apply_chat_template([{"role": "user", "content": text}],
                                                            add_generation_prompt=True, tokenize=True,
                                                            return_dict=False))
-        results = measure(verifier, prompt, options, args.repeats)
+        results = measure(verifier, prompt, options, args.repeats, modes)
         for mode, result in results.items():
             print(row(name, mode, result, results["plain"]))
             seconds_by_type[kind, mode] += result.seconds
-    print("\n| prompt type | chain speed-up | tree speed-up |\n|---|---|---|")
-    for kind in dict.fromkeys(kind for kind, _ in PROMPTS.values()):
+    drafted = [mode for mode in modes if mode != "plain"]
+    print("\n| prompt type | " + " | ".join(f"{mode} speed-up" for mode in drafted) + " |")
+    print("|---|" + "---|" * len(drafted))
+    for kind in dict.fromkeys(kind for kind, _ in prompts.values()):
         plain = seconds_by_type[kind, "plain"]
-        chain, tree = plain / seconds_by_type[kind, "chain"], plain / seconds_by_type[kind, "tree"]
-        print(f"| {kind} | {chain:.2f}x | {tree:.2f}x |")
+        print(f"| {kind} | " + " | ".join(f"{plain / seconds_by_type[kind, m]:.2f}x" for m in drafted) + " |")
 
 
 if __name__ == "__main__":

@@ -53,6 +53,15 @@ class GatewayMetrics:
         self.predicted_e2e = Histogram("specgate_predicted_e2e_seconds",
                                        "Predicted end-to-end time of the pool a fastest route chose",
                                        ["pool"], buckets=LATENCY_BUCKETS, registry=r)
+        self.overhead = Histogram("specgate_overhead_seconds",
+                                  "Time spent in the gateway before the backend request is sent",
+                                  buckets=OVERHEAD_BUCKETS, registry=r)
+
+        self._add_shared_state(r)
+        self._add_capture(r)
+
+    def _add_shared_state(self, r: CollectorRegistry) -> None:
+        """What several gateways sharing a Redis report (docs/state.md)."""
         self.state_up = Gauge("specgate_state_up",
                               "1 when the shared state store (Redis) answered the last command", registry=r)
         self.state_configured = Gauge("specgate_state_configured",
@@ -67,9 +76,17 @@ class GatewayMetrics:
         self.shared_observations = Counter("specgate_shared_observations",
                                            "Latency observations shared with the other replicas, by direction",
                                            ["direction"], registry=r)
-        self.overhead = Histogram("specgate_overhead_seconds",
-                                  "Time spent in the gateway before the backend request is sent",
-                                  buckets=OVERHEAD_BUCKETS, registry=r)
+
+    def _add_capture(self, r: CollectorRegistry) -> None:
+        """Prompt capture for draft training (docs/drafts.md)."""
+        self.capture_sampled = Counter("specgate_capture_sampled", "Prompts sampled for capture", registry=r)
+        self.capture_written = Counter("specgate_capture_written", "Captured prompts written, scrubbed",
+                                       registry=r)
+        self.capture_dropped = Counter("specgate_capture_dropped",
+                                       "Prompts not captured: queue_full, error, no_text", ["reason"], registry=r)
+        self.capture_redactions = Counter("specgate_capture_redactions",
+                                          "PII and secrets replaced in captured prompts, by kind", ["kind"],
+                                          registry=r)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

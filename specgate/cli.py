@@ -33,6 +33,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("up", "specgate.up", "start the bundled backends and the gateway on this machine"),
     ("model", "backends.model", "prepare the packaged SmolLM2 model for vLLM"),
     ("check-draft", "backends.vllm.check_draft", "check that a draft model's tokenizer matches the target's"),
+    ("draft", "specgate.draft.cli", "build a draft head from captured traffic: capture, data, train"),
 )
 
 

@@ -1,8 +1,9 @@
 """Run the bundled engine: an OpenAI-compatible server with tree speculation.
 
 It serves a Hugging Face causal LM (default: the packaged SmolLM2-135M-Instruct)
-with vLLM's wire format and metric names, drafting token trees by prompt
-lookup and verifying each tree in one forward pass with the project's kernels.
+with vLLM's wire format and metric names, drafting token trees (prompt
+lookup, a draft model or an EAGLE-3 head) and verifying each tree in one
+forward pass with the project's kernels.
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ def positive_int(text: str) -> int:
     return value
 
 
+DRAFTER_CHOICES = "'ngram', 'model:PATH', 'eagle3' or 'eagle3:PATH'"
+
+
 def drafter_spec(text: str) -> str:
     """Checked before the model loads, so a typo costs no wait."""
-    if text == "ngram" or (text.startswith("model:") and len(text) > len("model:")):
+    kind, _, path = text.partition(":")
+    if text in ("ngram", "eagle3") or (kind in ("model", "eagle3") and path):
         return text
-    raise argparse.ArgumentTypeError(f"unknown drafter {text!r}: use 'ngram' or 'model:PATH'")
+    raise argparse.ArgumentTypeError(f"unknown drafter {text!r}: use {DRAFTER_CHOICES}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="default",
                         help="model folder, .gguf file, or 'default' (the packaged SmolLM2)")
     parser.add_argument("--drafter", default="ngram", type=drafter_spec,
-                        help="'ngram' (prompt lookup, default) or 'model:PATH' (a draft model "
-                        "sharing the tokenizer)")
+                        help="'ngram' (prompt lookup, default), 'model:PATH' (a draft model "
+                        "sharing the tokenizer), 'eagle3:PATH' (an EAGLE-3 head trained for the "
+                        "model) or 'eagle3' (the head shipped for the packaged model)")
     parser.add_argument("--no-speculation", action="store_true", help="plain decoding")
     parser.add_argument("--served-model-name", help="model name in the API (default: the model's)")
     parser.add_argument("--max-model-len", type=positive_int, default=2048,
@@ -46,14 +52,16 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
     from prometheus_client import CollectorRegistry
 
-    from backends.engine.drafters import make_drafter_factory
+    from backends.engine.drafters import make_drafter_factory, shipped_head
     from backends.engine.generate import EngineGenerator
     from backends.engine.loading import load_model
     from backends.serving import VllmMetrics, create_openai_app
 
+    if args.drafter == "eagle3" and not args.no_speculation:
+        shipped_head()  # a missing head is reported before the model loads
     loaded = load_model(args.model)
     name = args.served_model_name or loaded.source.name
-    factory = None if args.no_speculation else make_drafter_factory(args.drafter)
+    factory = None if args.no_speculation else make_drafter_factory(args.drafter, loaded.model)
     depth = factory().max_depth if factory else None
     metrics = VllmMetrics(CollectorRegistry(), name, num_speculative_tokens=depth)
     generator = EngineGenerator(loaded.model, loaded.tokenizer, metrics, factory, args.max_model_len,

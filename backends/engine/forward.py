@@ -8,6 +8,8 @@ Cache layers are `[B, H, S, D]` tensors (`DynamicCache.layers[i].keys/values`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -43,6 +45,34 @@ def run_model(
             use_cache=True,
         )
     return out.logits[0].float()
+
+
+@contextmanager
+def layer_inputs(model: Any, layers: tuple[int, ...]) -> Iterator[dict[int, torch.Tensor]]:
+    """While open, each forward pass of `model` records the hidden states
+    entering decoder layer `k` for every `k` in `layers` (`[1, n, H]`): the
+    state after k layers, vLLM's auxiliary hidden state k for EAGLE-3. Nothing
+    is hooked outside the block, so plain forwards pay nothing."""
+    seen: dict[int, torch.Tensor] = {}
+    decoder_layers = model.model.layers
+
+    def recorder(layer: int) -> Any:
+        def record(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            seen[layer] = args[0] if args else kwargs["hidden_states"]
+
+        return record
+
+    handles = [decoder_layers[k].register_forward_pre_hook(recorder(k), with_kwargs=True) for k in layers]
+    try:
+        yield seen
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def fused_inputs(seen: dict[int, torch.Tensor], layers: tuple[int, ...]) -> torch.Tensor:
+    """The recorded layer inputs side by side, `[n, len(layers) * H]` (float32)."""
+    return torch.cat([seen[k][0] for k in layers], dim=-1).float()
 
 
 def causal_visibility(cached: int, n: int) -> torch.Tensor:

@@ -15,7 +15,9 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias, runtime_checkable
+
+import torch
 
 from backends.engine.decoding import Sampling, SequenceState, TreeVerifier
 from backends.engine.tree import DraftTree
@@ -26,6 +28,17 @@ class Drafter(Protocol):
     max_depth: int
 
     def propose(self, tokens: list[int]) -> DraftTree: ...
+
+
+@runtime_checkable
+class FeatureDrafter(Drafter, Protocol):
+    """A drafter that reads the target's hidden states entering `aux_layers`
+    (EAGLE-3): before each proposal it observes those of the tokens the last
+    target pass committed."""
+
+    aux_layers: tuple[int, ...]
+
+    def observe(self, features: torch.Tensor) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -47,9 +60,12 @@ def decode(verifier: TreeVerifier, prompt: list[int], options: DecodeOptions,
     """Generate after `prompt`, one verification step at a time (a step yields
     the accepted draft tokens plus the bonus token). Stops at a stop token or
     `max_tokens`. Without a drafter every step is plain decoding."""
-    state: SequenceState = verifier.start(prompt)
+    observer = drafter if isinstance(drafter, FeatureDrafter) else None
+    state: SequenceState = verifier.start(prompt, observer.aux_layers if observer else ())
     produced = 0
     while produced < options.max_tokens:
+        if observer is not None and state.features is not None:
+            observer.observe(state.features)
         tree = drafter.propose(state.tokens) if drafter else DraftTree.root_only(state.tokens[-1])
         tree = tree.pruned(options.max_tokens - produced - 1)
         result = verifier.step(state, tree, options.sampling)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from domains.classifier import DomainClassifier, DomainRule
+from gateway.decide.capture_spec import CaptureSpec
 from gateway.decide.conditions import ConditionError, Predicate, compile_condition
 from gateway.decide.features import Defaults
 from gateway.decide.pacing_spec import PacingSpec
@@ -222,6 +223,7 @@ class PolicySpec(Strict):
     overrides: OverridesSpec = OverridesSpec()
     routing: RoutingSpec = RoutingSpec()
     guard: GuardSpec = GuardSpec()
+    capture: CaptureSpec = CaptureSpec()  # sample prompts for draft training; off by default
 
 
 class PolicyError(ValueError):
@@ -313,8 +315,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     rules: list[CompiledRule] = []
     for i, rule in enumerate(spec.rules):
         try:
-            matches = None if rule.when is None else compile_condition(
-                rule.when, spec.pools, ("rules", i, "when"))
+            matches = None if rule.when is None else compile_condition(rule.when, spec.pools, ("rules", i, "when"))
         except ConditionError as exc:
             problems.append((_line_of(exc.path, lines), f"{_dotted(exc.path)}: {exc.message}"))
             continue
@@ -323,9 +324,8 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         rules.append(CompiledRule(rule.name, rule.route, reason, matches, candidates))
     if problems:
         raise PolicyError(source, problems)
-    classifier = DomainClassifier(
-        (DomainRule(name, d.patterns, d.keywords) for name, d in spec.domains.items()),
-        default=spec.default_domain)
+    classifier = DomainClassifier((DomainRule(name, d.patterns, d.keywords) for name, d in spec.domains.items()),
+                                  default=spec.default_domain)
     return Policy(spec=spec, source=source, rules=tuple(rules), classifier=classifier)
 
 

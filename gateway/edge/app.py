@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from gateway.capture.stage import Capture
 from gateway.control.flag_file import FlagFile, restore_initial
 from gateway.control.guard import Guard
 from gateway.control.leader import Leader, holder_name
@@ -72,10 +73,12 @@ class GatewayParts:
         self.overrides = SharedOverrides(self.state, self.flags) if self.state is not None else None
         self.class_latency = ClassLatency()
         self.latency = latency_model(policy)
+        self.capture = Capture(policy.spec.capture, self.metrics)
         self.fleet, self.learning = self._shared_routing()
         self.proxy = ProxyEndpoints(settings, self.runtime, self.flags, self.metrics,
                                     ClientKeys.load(settings.api_keys, settings.api_keys_file),
-                                    class_latency=self.class_latency, latency=self.latency)
+                                    class_latency=self.class_latency, latency=self.latency,
+                                    capture=self.capture)
         self.proxy.recorder.sinks.append(self.observe)
         self.log = structlog.get_logger("specgate")
         self.health = HealthMonitor(httpx.AsyncClient(trust_env=False))
@@ -109,6 +112,7 @@ class GatewayParts:
     def apply(self, policy: Policy) -> None:
         """A reloaded policy: the pools, the flags, and the watch on the pools."""
         self.runtime.apply(policy)
+        self.capture.apply(policy.spec.capture)
         self.flags.sync_pools(policy.speculative_pools)
         if (self.latency.speculative_pools != frozenset(policy.speculative_pools)
                 or self.latency.half_life_s != policy.spec.routing.half_life_s):
@@ -195,7 +199,8 @@ class GatewayParts:
         if self.overrides is not None:  # the stored modes before serving, if Redis answers in time
             await self.overrides.start(self.settings.state_start_wait_s)
         interval = self.settings.policy_watch_interval_s
-        tasks = [asyncio.create_task(self.reloader.watch(interval)), asyncio.create_task(self.guard.run())]
+        tasks = [asyncio.create_task(self.reloader.watch(interval)), asyncio.create_task(self.guard.run()),
+                 asyncio.create_task(self.capture.run())]
         if self.flag_file is not None:
             tasks.append(asyncio.create_task(self.flag_file.watch(interval)))
         with _signal(signal.SIGHUP, self.reloader.reload_quietly):

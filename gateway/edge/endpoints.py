@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
+from gateway.capture.stage import Capture
 from gateway.decide.features import Features, Limits, check_limits, parse_json_body
 from gateway.decide.latency import LatencyModel
 from gateway.decide.routing import Decision, Overrides, Routed, route
@@ -66,8 +67,9 @@ class ProxyEndpoints:
     def __init__(self, settings: Settings, runtime: Runtime, flags: FlagStore,
                  metrics: GatewayMetrics, keys: ClientKeys | None = None,
                  rng: random.Random | None = None, class_latency: ClassLatency | None = None,
-                 latency: LatencyModel | None = None) -> None:
+                 latency: LatencyModel | None = None, capture: Capture | None = None) -> None:
         self.settings = settings
+        self.capture = capture  # offered each chat/completions request after routing
         self.class_latency = class_latency
         self.latency = latency  # read by `route: fastest`; None: its priors
         self.preferred: dict[tuple[str, str], str] = {}  # (rule, class) -> the pool best by the mean
@@ -103,6 +105,9 @@ class ProxyEndpoints:
         decision, features = routed.decision, routed.features
         check_limits(body, Limits(n=self.settings.max_n, max_tokens=self._max_tokens(decision.pool)))
         self._count(decision)
+        traffic = self._traffic_class(features)
+        if self.capture is not None:
+            self.capture.offer(endpoint, body, traffic)
         # No await from the decision to the lease: the next decision counts this one (see load_view).
         chain, degraded = self._chain(decision.pool, grant, decision.chain)
         outgoing = Outgoing("POST", path, raw, self._forwarded(request), body=body, stream=features.stream,
@@ -110,7 +115,7 @@ class ProxyEndpoints:
                             hide_usage=usage_hidden(body, features.stream, features.n))
         return self._relay(Exchange(chain, outgoing, request.state.request_id, decision.rule, started,
                                     self.forwarder, self.recorder, degraded=degraded,
-                                    traffic=self._traffic_class(features), measured=True, load=features.load))
+                                    traffic=traffic, measured=True, load=features.load))
 
     async def passthrough(self, request: Request) -> ASGIApp:
         """Any other /v1/* path goes to the policy's default pool as it is."""

@@ -1,0 +1,1 @@
+"""The EAGLE-3 draft head: its model code and its checkpoint directory."""

@@ -1,0 +1,148 @@
+"""The capture stage: the edge offers a request, a background task scrubs and writes it.
+
+`offer` is all the request path pays: a share draw and a non-blocking put on
+a bounded queue; when the queue is full the prompt is dropped and counted.
+The task takes what is queued, scrubs it (see `scrub.Scrubber`) and appends
+it (see `files.CaptureFiles`) in a worker thread. A record keeps the prompt
+messages (role and text), the traffic class, the endpoint and the time:
+never the answer, headers or keys. Logs carry counts, never prompt text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from gateway.capture.files import CaptureFiles
+from gateway.capture.scrub import Scrubber
+from gateway.decide.capture_spec import CaptureSpec
+from gateway.metrics import GatewayMetrics
+
+Offered = tuple[float, str, str | None, Any]  # time, endpoint, traffic class, messages or prompt
+BATCH = 64  # the most records one worker-thread call scrubs and writes
+PRUNE_EVERY_S = 600.0  # with no prompt for this long, files past retention are deleted anyway
+
+
+class Capture:
+    def __init__(self, spec: CaptureSpec, metrics: GatewayMetrics, rng: random.Random | None = None) -> None:
+        self.metrics = metrics
+        self.rng = rng or random.Random()
+        self.log = structlog.get_logger("specgate.capture")
+        self.scrubber: Scrubber | None = None
+        self.spec = spec
+        self.queue: asyncio.Queue[Offered] = asyncio.Queue(maxsize=spec.queue)
+        self.files = _files(spec)
+
+    def apply(self, spec: CaptureSpec) -> None:
+        """A reloaded policy's section: new limits apply to the next write; the
+        queue keeps the bound it started with."""
+        if spec == self.spec:
+            return
+        if (spec.directory, spec.max_file_bytes, spec.max_files, spec.retention_days) != (
+                self.spec.directory, self.spec.max_file_bytes, self.spec.max_files, self.spec.retention_days):
+            self.files = _files(spec)
+        self.spec = spec
+
+    def offer(self, endpoint: str, body: Mapping[str, Any], traffic_class: str | None) -> None:
+        """Called by the edge after routing; never blocks, never raises."""
+        spec = self.spec
+        if not spec.enabled or self.rng.random() >= spec.share:
+            return
+        prompt = body.get("messages") if endpoint == "chat" else body.get("prompt")
+        try:
+            self.queue.put_nowait((time.time(), endpoint, traffic_class, prompt))
+        except asyncio.QueueFull:
+            self.metrics.capture_dropped.labels("queue_full").inc()
+            return
+        self.metrics.capture_sampled.inc()
+
+    async def run(self) -> None:
+        """The background task: until cancelled, scrub and write what is offered."""
+        if self.spec.enabled:  # build the scrubber now, not when the first prompt waits for it
+            try:
+                await asyncio.to_thread(self._scrubber, self.spec.phone_region)
+            except Exception as exc:
+                self.log.warning("capture_scrubber_failed", error=type(exc).__name__)
+        while True:
+            try:
+                batch = [await asyncio.wait_for(self.queue.get(), PRUNE_EVERY_S)]
+            except TimeoutError:
+                await self._prune()
+                continue
+            while len(batch) < BATCH and not self.queue.empty():
+                batch.append(self.queue.get_nowait())
+            files, spec = self.files, self.spec
+            if files is None:
+                continue
+            try:
+                written, counts = await asyncio.to_thread(self._write, batch, files, spec.phone_region)
+            except Exception as exc:  # a full disk or a broken scrubber must not end capture
+                self.metrics.capture_dropped.labels("error").inc(len(batch))
+                self.log.warning("capture_write_failed", records=len(batch), error=type(exc).__name__)
+                continue
+            self.metrics.capture_written.inc(written)
+            self.metrics.capture_dropped.labels("no_text").inc(len(batch) - written)
+            for placeholder, count in counts.items():
+                self.metrics.capture_redactions.labels(placeholder.strip("<>").lower()).inc(count)
+
+    async def _prune(self) -> None:
+        if self.files is not None:
+            try:
+                await asyncio.to_thread(self.files.prune)
+            except OSError as exc:
+                self.log.warning("capture_prune_failed", error=type(exc).__name__)
+
+    def _scrubber(self, region: str) -> Scrubber:
+        if self.scrubber is None or self.scrubber.phone_region != region:
+            self.scrubber = Scrubber(region)
+        return self.scrubber
+
+    def _write(self, batch: list[Offered], files: CaptureFiles, region: str) -> tuple[int, dict[str, int]]:
+        scrubber = self._scrubber(region)
+        lines: list[str] = []
+        counts: dict[str, int] = {}
+        for at, endpoint, traffic_class, prompt in batch:
+            messages = _messages(prompt)
+            if not messages:
+                continue
+            for message in messages:
+                message["content"], found = scrubber.scrub(message["content"])
+                for placeholder, count in found.items():
+                    counts[placeholder] = counts.get(placeholder, 0) + count
+            record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at)), "class": traffic_class,
+                      "endpoint": endpoint, "messages": messages}
+            lines.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
+        if lines:
+            files.append(lines)
+        return len(lines), counts
+
+
+def _messages(prompt: Any) -> list[dict[str, str]]:
+    """Role and text of each message; a completions prompt is one user message."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}] if prompt else []
+    if not isinstance(prompt, list):
+        return []
+    out: list[dict[str, str]] = []
+    for message in prompt:
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            continue
+        content = message.get("content")
+        if isinstance(content, list):  # content parts: keep the text ones
+            content = "\n".join(part["text"] for part in content
+                                if isinstance(part, Mapping) and isinstance(part.get("text"), str))
+        if isinstance(content, str) and content:
+            out.append({"role": message["role"], "content": content})
+    return out
+
+
+def _files(spec: CaptureSpec) -> CaptureFiles | None:
+    if spec.directory is None:
+        return None
+    return CaptureFiles(spec.directory, spec.max_file_bytes, spec.max_files, spec.retention_days)

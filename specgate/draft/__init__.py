@@ -1,0 +1,5 @@
+"""`specgate draft`: from captured prompts to a draft head for the served model.
+
+capture: export the prompts the gateway captured; data: let the target answer
+them and tokenize the conversations with their loss masks; train: fit a head.
+"""

@@ -1,0 +1,113 @@
+"""Prompt capture through a live gateway: PII never reaches the disk or the logs, a full queue drops."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import openai
+
+from tests.integration.gateway.conftest import policy_dict
+
+PII = {
+    "jane.doe@example.com": "<EMAIL>",
+    "+44 20 7946 0958": "<PHONE>",
+    "4111 1111 1111 1111": "<CARD>",
+    "DE89 3704 0044 0532 0130 00": "<IBAN>",
+    "203.0.113.42": "<IP>",
+    "AKIAIOSFODNN7EXAMPLE": "<SECRET>",
+    "sk-live-9fQ2xZ7LmR4tB8wK1vN6pYc3HdJ0sE5u": "<SECRET>",
+}
+PROMPT = ("My email is jane.doe@example.com and my phone +44 20 7946 0958. Pay with 4111 1111 1111 1111 "
+          "or to IBAN DE89 3704 0044 0532 0130 00. The server is 203.0.113.42, the AWS key "
+          "AKIAIOSFODNN7EXAMPLE and the API key sk-live-9fQ2xZ7LmR4tB8wK1vN6pYc3HdJ0sE5u. Summarise my account.")
+HANG_GUARD_S = 120.0
+
+
+def metric(url: str, name: str, labels: str = "") -> float:
+    text = httpx.get(url + "/metrics").text
+    match = re.search(rf"^{name}_total{re.escape(labels)} (\S+)$", text, re.MULTILINE)
+    return float(match.group(1)) if match else 0.0
+
+
+def wait_for(check, what: str) -> None:
+    deadline = time.monotonic() + HANG_GUARD_S  # a hang guard, not a timing assertion
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def capture_policy(spec_url: str, std_url: str, directory: Path, **capture) -> dict:
+    policy = policy_dict([spec_url], [std_url])
+    policy["capture"] = {"enabled": True, "share": 1.0, "directory": str(directory), **capture}
+    return policy
+
+
+def test_captured_prompts_hold_placeholders_not_pii(start_gateway, spec_fake, std_fake, tmp_path, capfd, caplog):
+    directory = tmp_path / "capture"
+    gw = start_gateway(capture_policy(spec_fake.url, std_fake.url, directory))
+    with openai.OpenAI(base_url=gw.base_url, api_key="client-key", max_retries=0) as client:
+        for _ in range(2):
+            answer = client.chat.completions.create(
+                model="m", max_tokens=40,
+                messages=[{"role": "system", "content": "You are terse."}, {"role": "user", "content": PROMPT}])
+            assert answer.choices[0].message.content
+        client.completions.create(model="m", prompt=PROMPT, max_tokens=40)
+    wait_for(lambda: metric(gw.url, "specgate_capture_written") >= 3, "three captured prompts")
+
+    files = sorted(directory.glob("capture-*.jsonl"))
+    text = "".join(path.read_text(encoding="utf-8") for path in files)
+    logs = capfd.readouterr()
+    for secret, placeholder in PII.items():
+        for where, content in (("capture files", text), ("stdout", logs.out), ("stderr", logs.err),
+                               ("log records", caplog.text)):
+            assert secret not in content, f"{secret!r} reached the {where}"
+        assert placeholder in text
+    records = [json.loads(line) for line in text.splitlines()]
+    assert len(records) == 3
+    assert {r["endpoint"] for r in records} == {"chat", "completions"}
+    chat = next(r for r in records if r["endpoint"] == "chat")
+    assert [m["role"] for m in chat["messages"]] == ["system", "user"]
+    assert chat["class"] is not None and "Summarise my account." in chat["messages"][1]["content"]
+    assert set(records[0]) == {"time", "class", "endpoint", "messages"}  # no answer, headers or key
+    assert "client-key" not in text
+    assert metric(gw.url, "specgate_capture_redactions", '{kind="email"}') == 3
+
+
+def test_a_full_queue_drops_and_counts_and_requests_still_succeed(start_gateway, spec_fake, std_fake, tmp_path):
+    gw = start_gateway(capture_policy(spec_fake.url, std_fake.url, tmp_path / "capture", queue=1))
+    capture = gw.app.state.parts.capture
+    entered, release = threading.Event(), threading.Event()
+    write = capture._write
+
+    def gated(*args):
+        entered.set()
+        assert release.wait(HANG_GUARD_S)
+        return write(*args)
+
+    capture._write = gated  # the writer holds its first batch until released
+    with openai.OpenAI(base_url=gw.base_url, api_key="k", max_retries=0) as client:
+        def ask():
+            return client.chat.completions.create(
+                model="m", max_tokens=40, messages=[{"role": "user", "content": "hello there"}])
+
+        assert ask().choices[0].message.content
+        assert entered.wait(HANG_GUARD_S)  # the first prompt is being written
+        for _ in range(4):  # one waits in the queue, three find it full
+            assert ask().choices[0].message.content
+        assert metric(gw.url, "specgate_capture_dropped", '{reason="queue_full"}') == 3
+        release.set()
+    wait_for(lambda: metric(gw.url, "specgate_capture_written") == 2, "the two queued prompts written")
+
+
+def test_a_zero_share_captures_nothing(start_gateway, spec_fake, std_fake, tmp_path):
+    directory = tmp_path / "capture"
+    gw = start_gateway(capture_policy(spec_fake.url, std_fake.url, directory, share=0.0))
+    with openai.OpenAI(base_url=gw.base_url, api_key="k", max_retries=0) as client:
+        client.chat.completions.create(model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    assert metric(gw.url, "specgate_capture_sampled") == 0
+    assert not directory.exists()

@@ -1,0 +1,76 @@
+"""The chat template and the loss mask, on the packaged SmolLM2 tokenizer's real output."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from specgate.draft.template import TemplateError, tokenize
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from transformers import AutoTokenizer
+
+    from backends.model import prepare
+
+    return AutoTokenizer.from_pretrained(prepare())
+
+
+def masked_text(tokenizer, ids, mask) -> list[str]:
+    """The decoded runs of masked tokens, in order."""
+    runs, current = [], []
+    for token, bit in zip(ids, mask, strict=True):
+        if bit:
+            current.append(token)
+        elif current:
+            runs.append(tokenizer.decode(current))
+            current = []
+    if current:
+        runs.append(tokenizer.decode(current))
+    return runs
+
+
+def test_ids_are_the_templates_own_tokenization(tokenizer):
+    messages = [{"role": "user", "content": "Name three colours."},
+                {"role": "assistant", "content": "Red, green, blue."}]
+    ids, mask = tokenize(tokenizer, messages)
+    assert ids == list(tokenizer.apply_chat_template(messages, tokenize=True)["input_ids"])
+    assert len(mask) == len(ids)
+
+
+def test_only_the_answer_and_its_end_of_turn_are_masked_in(tokenizer):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of France?"},
+                {"role": "assistant", "content": "Paris."}]
+    ids, mask = tokenize(tokenizer, messages)
+    assert masked_text(tokenizer, ids, mask) == ["Paris.<|im_end|>"]
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    start = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    # the system and user turns, the role headers and the newline after the answer's end are out
+    assert mask[-1] == 0 and ids[-2] == end and mask[-2] == 1
+    assert all(bit == 0 for token, bit in zip(ids, mask, strict=True) if token == start)
+    assert sum(mask) == len(tokenizer("Paris.", add_special_tokens=False)["input_ids"]) + 1
+
+
+def test_every_assistant_turn_of_a_multi_turn_conversation_is_masked_in(tokenizer):
+    messages = [{"role": "user", "content": "Hi!"}, {"role": "assistant", "content": "Hello, how can I help?"},
+                {"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "2 + 2 = 4."},
+                {"role": "user", "content": "And times 3?"}, {"role": "assistant", "content": "12."}]
+    ids, mask = tokenize(tokenizer, messages)
+    assert masked_text(tokenizer, ids, mask) == ["Hello, how can I help?<|im_end|>", "2 + 2 = 4.<|im_end|>",
+                                                 "12.<|im_end|>"]
+    text = tokenizer.decode([t for t, bit in zip(ids, mask, strict=True) if not bit])
+    assert "SmolLM" in text  # the template's default system prompt is there, and out of the loss
+    for user in ("Hi!", "What is 2 + 2?", "And times 3?"):
+        assert user in text
+
+
+def test_a_template_that_does_not_grow_by_prefixes_is_refused():
+    class Shuffling:
+        def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
+            return "|".join(m["content"] for m in reversed(messages)) + ("|" if add_generation_prompt else "")
+
+    with pytest.raises(TemplateError):
+        tokenize(Shuffling(), [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])

@@ -1,0 +1,115 @@
+"""EAGLE-3 training on a tiny target: features offline, the masked loss,
+training-time test, the held-out evaluation and the plots."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from backends.engine.eagle3 import checkpoint
+from specgate.draft import evaluate, features
+from specgate.draft.dataset import MANIFEST, RECORDS
+from specgate.draft.train import TrainOptions, draft_vocabulary, make_batch, new_head, train
+
+VOCAB = 64
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random 6-layer Llama saved as a model folder."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=32, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=8, intermediate_size=64, vocab_size=VOCAB, tie_word_embeddings=True,
+                         max_position_embeddings=256)  # fmt: skip
+    folder = tmp_path_factory.mktemp("model")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def write_dataset(directory: Path, count: int = 40) -> Path:
+    """Conversations: a prompt of random tokens, then an answer that counts up
+    from a token the prompt names (so it can be learnt)."""
+    generator = torch.Generator().manual_seed(1)
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for index in range(count):
+        prompt = torch.randint(4, VOCAB, (12,), generator=generator).tolist()
+        start = prompt[-1]
+        answer = [(start + i) % (VOCAB - 4) + 4 for i in range(20)]
+        ids = [1, *prompt, 2, *answer, 3]
+        mask = [0] * (len(prompt) + 2) + [1] * (len(answer) + 1)
+        record_id = hashlib.sha256(str(index).encode()).hexdigest()[:16]
+        lines.append(json.dumps({"id": record_id, "class": "chat", "input_ids": ids, "loss_mask": mask}))
+    (directory / RECORDS).write_text("\n".join(lines) + "\n")
+    (directory / MANIFEST).write_text(json.dumps({"format": "specgate-draft-dataset", "version": 1,
+                                                  "tokenizer": "tiny", "records": count}))  # fmt: skip
+    return directory
+
+
+def test_training_lowers_the_loss_and_writes_the_head_eval_and_plots(tiny_model: Path, tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    data = write_dataset(tmp_path / "data")
+    options = TrainOptions(steps=40, ttt_steps=2, draft_vocab=48, lr=3e-3, batch_tokens=256, holdout=0.2)
+    summary = train(data, tmp_path / "head", tiny_model, options, progress=False)
+    losses = [h["loss"] for h in summary["history"]]
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+    assert summary["held_out_records"] > 0 and summary["train_records"] > summary["held_out_records"]
+    out = tmp_path / "head"
+    for name in ("loss.png", "accuracy.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    held = json.loads((out / "eval.json").read_text())
+    assert held["drafts"] > 0 and len(held["acceptance_per_position"]) == 2
+    assert 0.0 <= held["acceptance_per_position"][1] <= held["acceptance_per_position"][0] <= 1.0
+    manifest = features.read_manifest(tmp_path / "head" / "features")
+    head = checkpoint.load(out, embedding=torch.zeros(VOCAB, 32))
+    assert head.config.layer_ids == tuple(manifest["layer_ids"]) == (2, 3, 3)
+    assert head.config.draft_vocab_size == 48
+    again = train(data, tmp_path / "again", tiny_model, options, feature_dir=out / "features", progress=False)
+    assert again["history"] == summary["history"]  # seeded: the same run twice gives the same steps
+
+
+def test_the_loss_ignores_the_targets_of_prompt_tokens(tiny_model: Path, tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    data = write_dataset(tmp_path / "data", count=6)
+    from specgate.draft.dataset import read_records
+
+    model = features.load_target(tiny_model)
+    features.extract(model, read_records(data), tmp_path / "f", layer_ids=(2, 3, 3), model_name="tiny",
+                     progress=False)  # fmt: skip
+    records = list(features.read_features(tmp_path / "f"))
+    manifest = features.read_manifest(tmp_path / "f")
+    head = new_head(tiny_model, manifest, draft_vocabulary(records, 48, VOCAB), seed=0)
+    batch = make_batch(records)
+
+    def loss(argmax: torch.Tensor) -> float:
+        changed = evaluate.Batch(batch.features, batch.input_ids, argmax, batch.loss_mask)
+        with torch.no_grad():
+            return float(evaluate.run_steps(head, changed, steps=3).loss)
+
+    base = loss(batch.argmax)
+    prompt_labels = torch.zeros_like(batch.loss_mask)
+    prompt_labels[:, :-1] = ~batch.loss_mask[:, 1:]  # argmax[p] is the label of token p+1
+    scrambled = torch.where(prompt_labels, (batch.argmax + 7) % VOCAB, batch.argmax)
+    assert not torch.equal(scrambled, batch.argmax)
+    assert loss(scrambled) == pytest.approx(base, abs=1e-6)
+    response_labels = torch.zeros_like(batch.loss_mask)
+    response_labels[:, :-1] = batch.loss_mask[:, 1:]
+    assert loss(torch.where(response_labels, (batch.argmax + 7) % VOCAB, batch.argmax)) != pytest.approx(base)
+
+
+def test_a_second_dataset_is_the_held_out_set(tiny_model: Path, tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    data = write_dataset(tmp_path / "data", count=12)
+    held = write_dataset(tmp_path / "held", count=4)
+    options = TrainOptions(steps=3, ttt_steps=2, draft_vocab=48, batch_tokens=128)
+    summary = train(data, tmp_path / "head", tiny_model, options, progress=False, held_out_data=held)
+    assert (summary["train_records"], summary["held_out_records"]) == (12, 4)
+    assert summary["held_out"]["drafts"] == 4 * 20  # every answer token after the first starts a draft

@@ -1,0 +1,128 @@
+"""Capture's parts: the scrubber, the rotated files, the bounded queue, the policy section."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import pytest
+
+from gateway.capture.files import CaptureFiles
+from gateway.capture.scrub import Scrubber
+from gateway.capture.stage import Capture
+from gateway.decide.capture_spec import CaptureSpec
+from gateway.decide.policy import PolicyError, parse_policy
+from gateway.metrics import GatewayMetrics
+
+
+@pytest.fixture(scope="module")
+def scrubber() -> Scrubber:
+    return Scrubber("US")
+
+
+@pytest.mark.parametrize(("text", "secret", "placeholder"), [
+    ("write to ops@example.org today", "ops@example.org", "<EMAIL>"),
+    ("call (415) 555-2671 now", "(415) 555-2671", "<PHONE>"),
+    ("or +33 1 42 68 53 00 from Paris", "+33 1 42 68 53 00", "<PHONE>"),
+    ("card 5555-5555-5555-4444 expires", "5555-5555-5555-4444", "<CARD>"),
+    ("iban GB82WEST12345698765432 please", "GB82WEST12345698765432", "<IBAN>"),
+    ("host 10.1.2.3 is down", "10.1.2.3", "<IP>"),
+    ("v6 2001:db8::8a2e:370:7334 too", "2001:db8::8a2e:370:7334", "<IP>"),
+    ("token ghp_1234567890abcdefghijABCDEFGHIJ123456 leaked", "ghp_1234567890abcdefghijABCDEFGHIJ123456", "<SECRET>"),
+    ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dBjftJeZ4CVPmB92K27uhbUJU1p1r", "eyJhbGci",
+     "<SECRET>"),
+    ('password = "correct-horse-battery"', "correct-horse-battery", "<SECRET>"),
+    ("api key Zq8Xw2Lr5Tn9Vb3Kp7Yd1Hs4Jf6Mg0", "Zq8Xw2Lr5Tn9Vb3Kp7Yd1Hs4Jf6Mg0", "<SECRET>"),
+])
+def test_each_kind_becomes_its_placeholder(scrubber, text, secret, placeholder):
+    scrubbed, counts = scrubber.scrub(text)
+    assert secret not in scrubbed
+    assert placeholder in scrubbed and counts[placeholder] >= 1
+
+
+@pytest.mark.parametrize("text", [
+    "Summarise the 2024 annual report in 3 bullet points.",
+    "def internationalization_helper(x): return x * 1500000",
+    "A card that fails Luhn: 4111 1111 1111 1112, an IBAN with a bad checksum: GB00WEST12345698765432.",
+    "Version 1.2.3 of the package was released on 2024-05-03, build 3f8a9c7e2b1d.",
+])
+def test_ordinary_text_is_kept(scrubber, text):
+    assert scrubber.scrub(text) == (text, {})
+
+
+def test_files_rotate_by_size_and_keep_at_most_max_files(tmp_path):
+    files = CaptureFiles(tmp_path, max_file_bytes=1024, max_files=3, retention_days=1)
+    for i in range(40):
+        files.append([f'{{"n": {i}, "pad": "{"x" * 100}"}}'])
+    kept = files.files()
+    assert len(kept) == 3
+    assert all(path.stat().st_size <= 1024 for path in kept)
+    last = [line for path in kept for line in path.read_text().splitlines()]
+    assert '"n": 39' in last[-1]  # the newest are kept
+    assert oct(kept[0].stat().st_mode & 0o777) == "0o600"
+
+
+def test_files_past_retention_are_deleted_and_others_left_alone(tmp_path):
+    files = CaptureFiles(tmp_path, max_file_bytes=1 << 20, max_files=10, retention_days=1)
+    files.append(["{}"])
+    old = files.files()[0]
+    two_days_ago = time.time() - 2 * 86400
+    os.utime(old, (two_days_ago, two_days_ago))
+    (tmp_path / "notes.txt").write_text("not ours")
+    files.current = None
+    files.append(["{}"])
+    assert not old.exists() and len(files.files()) == 1
+    assert (tmp_path / "notes.txt").exists()
+
+
+def test_a_full_queue_drops_and_counts_without_blocking(tmp_path):
+    metrics = GatewayMetrics()
+    capture = Capture(CaptureSpec(enabled=True, share=1.0, directory=str(tmp_path), queue=2), metrics)
+    for _ in range(5):
+        capture.offer("chat", {"messages": [{"role": "user", "content": "hi"}]}, "chat/low")
+    assert capture.queue.qsize() == 2
+    assert metrics.capture_sampled._value.get() == 2
+    assert metrics.capture_dropped.labels("queue_full")._value.get() == 3
+
+
+def test_share_samples_about_that_fraction():
+    metrics = GatewayMetrics()
+    capture = Capture(CaptureSpec(enabled=True, share=0.25, directory="unused", queue=10_000), metrics,
+                      rng=random.Random(7))
+    for _ in range(4000):
+        capture.offer("completions", {"prompt": "x"}, None)
+    assert 900 < capture.queue.qsize() < 1100
+
+
+def test_capture_is_off_by_default_and_needs_a_directory():
+    assert CaptureSpec().enabled is False
+    base = "version: 1\npools: {a: {kind: standard, endpoints: [{url: 'http://x'}]}}\nrules: [{name: r, route: a}]\n"
+    assert parse_policy(base).spec.capture.enabled is False
+    with pytest.raises(PolicyError, match="capture"):
+        parse_policy(base + "capture: {enabled: true}\n")
+    with pytest.raises(PolicyError, match="share"):
+        parse_policy(base + "capture: {enabled: true, directory: d, share: 1.5}\n")
+
+
+def test_an_idle_capture_still_deletes_files_past_retention(tmp_path, monkeypatch):
+    import asyncio
+
+    from gateway.capture import stage
+
+    monkeypatch.setattr(stage, "PRUNE_EVERY_S", 0.01)
+    old = tmp_path / "capture-20200101T000000Z-1-000001.jsonl"
+    old.write_text("{}\n")
+    os.utime(old, (0, 0))
+    capture = Capture(CaptureSpec(directory=str(tmp_path)), GatewayMetrics())  # off: nothing new comes
+
+    async def scenario() -> None:
+        task = asyncio.create_task(capture.run())
+        async with asyncio.timeout(30):  # a hang guard
+            while old.exists():
+                await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert not old.exists()
