@@ -67,6 +67,9 @@ class Capture:
         if self.spec.enabled:  # build the scrubber now, not when the first prompt waits for it
             try:
                 await asyncio.to_thread(self._scrubber, self.spec.phone_region)
+            except ImportError as exc:  # nothing is written without the scrubbing libraries
+                self.log.warning("capture_scrubber_failed", error=type(exc).__name__, missing=exc.name,
+                                 hint="pip install 'specgate[capture]'")
             except Exception as exc:
                 self.log.warning("capture_scrubber_failed", error=type(exc).__name__)
         while True:
