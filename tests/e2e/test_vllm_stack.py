@@ -29,7 +29,7 @@ def e2e_policy(spec_port: int, std_port: int) -> dict:
     policy = yaml.safe_load(default_policy_path().read_text())
     policy["pools"]["speculative"]["endpoints"] = [{"url": f"http://127.0.0.1:{spec_port}"}]
     policy["pools"]["standard"]["endpoints"] = [{"url": f"http://127.0.0.1:{std_port}"}]
-    policy["overrides"] = {"route_header": True}  # to pin the greedy reference to the standard pool
+    policy["overrides"] = {"route_header": True}  # to pin each greedy stream to the pool it compares
     # a quick guard, so it has a window of data after a few requests
     policy["guard"].update(interval_s=1, window="30s")
     policy["guard"]["speculative"].update(min_draft_tokens=10, trip_after=1000)
@@ -67,10 +67,12 @@ def client(stack) -> openai.OpenAI:
     return openai.OpenAI(base_url=base_url(stack) + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
-def stream_text(stack, **extra) -> tuple[str, str]:
-    """(pool, text) of a streamed greedy chat completion through the gateway."""
+def stream_text(stack, pool: str) -> tuple[str, str]:
+    """(pool, text) of a streamed greedy chat completion through the gateway, pinned
+    to `pool` by the route header: the default policy's choice is a random draw."""
     with client(stack).chat.completions.with_streaming_response.create(
-            model="smollm2", messages=PROMPT, temperature=0, max_tokens=128, stream=True, **extra) as response:
+            model="smollm2", messages=PROMPT, temperature=0, max_tokens=128, stream=True,
+            extra_headers={"x-specgate-route": pool}) as response:
         pool = response.headers["x-specgate-pool"]
         text = "".join(c.choices[0].delta.content or "" for c in response.parse() if c.choices)
     return pool, text
@@ -87,8 +89,8 @@ def test_greedy_stream_is_speculative_and_equals_the_standard_pool(stack):
 
     _, ports = stack
     before = spec_draft_tokens(ports)
-    spec_pool, spec_text = stream_text(stack)
-    std_pool, std_text = stream_text(stack, extra_headers={"x-specgate-route": "standard"})
+    spec_pool, spec_text = stream_text(stack, "speculative")
+    std_pool, std_text = stream_text(stack, "standard")
     assert (spec_pool, std_pool) == ("speculative", "standard")
     assert spec_text.strip()
     tokenizer = AutoTokenizer.from_pretrained(prepare())
@@ -129,7 +131,7 @@ def test_guard_reads_a_real_acceptance_rate(stack):
     deadline = time.monotonic() + 90
     rate = None
     while time.monotonic() < deadline and rate is None:
-        stream_text(stack)  # keep speculative traffic flowing
+        stream_text(stack, "speculative")  # keep speculative traffic flowing
         state = httpx.get(base_url(stack) + "/admin/guard", headers={"authorization": f"Bearer {ADMIN}"},
                           timeout=10).json()
         signals = state["pools"]["speculative"]["signals"]
