@@ -54,8 +54,7 @@ def streamed(client: openai.OpenAI) -> str:
 def test_requests_go_to_the_faster_pool_and_move_when_it_slows(start_gateway, spec_fake, std_fake):
     gateway = start_gateway(fastest_policy(spec_fake.url, std_fake.url))
     with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as client:
-        for _ in range(20):  # the priors favour the speculative pool; its answers say otherwise
-            streamed(client)
+        warm_up(client, at_least=20)  # the priors favour the speculative pool; its answers disagree
         steady = Counter(streamed(client) for _ in range(20))
         assert steady["standard"] >= 16, steady  # the standard fake is 10x faster per token
 
@@ -94,9 +93,19 @@ def test_explain_shows_each_candidates_prediction(gateway_with_traffic):
 def gateway_with_traffic(start_gateway, spec_fake, std_fake) -> Gateway:
     gateway = start_gateway(fastest_policy(spec_fake.url, std_fake.url))
     with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as client:
-        for _ in range(6):
-            streamed(client)
+        warm_up(client)
     return gateway
+
+
+def warm_up(client: openai.OpenAI, at_least: int = 6, at_most: int = 80) -> None:
+    """Requests until both pools have answered (a cold model reaches the pool its
+    priors rank slower only by a draw), and at least `at_least` of them."""
+    served: set[str] = set()
+    for count in range(1, at_most + 1):
+        served.add(streamed(client))
+        if count >= at_least and served == {"speculative", "standard"}:
+            return
+    raise AssertionError(f"{at_most} requests did not reach both pools: {served}")
 
 
 def test_a_burst_splits_between_two_identical_pools(start_gateway, spec_fake, std_fake):
