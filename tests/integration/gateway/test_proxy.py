@@ -14,7 +14,7 @@ from tests.fakes.raw_sse import RawSseBackend
 from tests.fakes.vllm import FakeVllm
 from tests.fakes.waiting import wait_until
 
-from .conftest import policy_dict
+from .conftest import Gateway, policy_dict
 
 GREEDY = {"temperature": 0, "max_tokens": 128}
 MESSAGES = [{"role": "user", "content": "Tell me about rivers."}]
@@ -189,15 +189,27 @@ def test_total_timeout_bounds_the_whole_answer(start_gateway, spec_fake, std_fak
     assert response.status_code == 504
 
 
+HI_THEN_DONE = [b"data: " + json.dumps({
+    "id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+    "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}).encode() + b"\n\n",
+    b"data: [DONE]\n\n"]
+
+
+def events_within_one_second(start_gateway, spec_url: str, std_url: str) -> tuple[Gateway, list[str]]:
+    """The gateway, and the SSE events a streamed request reads through a gateway whose speculative
+    pool (`spec_url`) has a total timeout of one second."""
+    policy = policy_dict([spec_url], [std_url])
+    policy["pools"]["speculative"]["timeouts"] = {"connect_s": 1, "first_byte_s": 1, "total_s": 1.0}
+    gw = start_gateway(policy)
+    with httpx.stream("POST", gw.base_url + "/chat/completions", timeout=10,
+                      json={"model": "m", "messages": MESSAGES, "stream": True, **GREEDY}) as response:
+        return gw, [e for e in response.read().decode().split("\n\n") if e.strip()]
+
+
 def test_a_stream_cut_mid_event_never_reaches_the_client_half_done(start_gateway, std_fake):
     # a whole event, half of one, then a stall past the pool's total_s
     with RawSseBackend([b'data: {"choices": []}\n\n', b'data: {"choi'], pause_s=3, finish=False) as backend:
-        policy = policy_dict([backend.url], [std_fake.url])
-        policy["pools"]["speculative"]["timeouts"] = {"connect_s": 1, "first_byte_s": 1, "total_s": 1.0}
-        gw = start_gateway(policy)
-        with httpx.stream("POST", gw.base_url + "/chat/completions", timeout=10,
-                          json={"model": "m", "messages": MESSAGES, "stream": True, **GREEDY}) as response:
-            events = [e for e in response.read().decode().split("\n\n") if e.strip()]
+        _, events = events_within_one_second(start_gateway, backend.url, std_fake.url)
     assert [json.loads(e.removeprefix("data: ")) for e in events][0] == {"choices": []}
     assert json.loads(events[-1].removeprefix("data: "))["error"]["code"] == "upstream_timeout"
     assert len(events) == 2  # the half event was held back, not sent
@@ -206,10 +218,7 @@ def test_a_stream_cut_mid_event_never_reaches_the_client_half_done(start_gateway
 def test_a_client_that_leaves_after_done_had_the_whole_answer(start_gateway, std_fake):
     # The backend sends [DONE] but ends its chunked body only later; the openai
     # client closes its connection as soon as it reads [DONE].
-    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-             "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
-    events = [b"data: " + json.dumps(chunk).encode() + b"\n\n", b"data: [DONE]\n\n"]
-    with RawSseBackend(events, pause_s=1, finish=True) as backend:
+    with RawSseBackend(HI_THEN_DONE, pause_s=1, finish=True) as backend:
         gw = start_gateway(policy_dict([backend.url], [std_fake.url]))
         stream = client(gw).chat.completions.create(model="m", messages=MESSAGES, stream=True, **GREEDY)
         assert "".join(c.choices[0].delta.content or "" for c in stream) == "hi"
@@ -221,16 +230,8 @@ def test_a_client_that_leaves_after_done_had_the_whole_answer(start_gateway, std
 def test_a_backend_that_closes_after_the_deadline_still_gave_a_whole_answer(start_gateway, std_fake):
     # [DONE] went out before the pool's total timeout; the chunked body ends only
     # after it. The client reads a whole answer with nothing after [DONE].
-    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-             "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
-    events = [b"data: " + json.dumps(chunk).encode() + b"\n\n", b"data: [DONE]\n\n"]
-    with RawSseBackend(events, pause_s=3, finish=True) as backend:
-        policy = policy_dict([backend.url], [std_fake.url])
-        policy["pools"]["speculative"]["timeouts"] = {"connect_s": 1, "first_byte_s": 1, "total_s": 1.0}
-        gw = start_gateway(policy)
-        with httpx.stream("POST", gw.base_url + "/chat/completions", timeout=10,
-                          json={"model": "m", "messages": MESSAGES, "stream": True, **GREEDY}) as response:
-            events_read = [e for e in response.read().decode().split("\n\n") if e.strip()]
+    with RawSseBackend(HI_THEN_DONE, pause_s=3, finish=True) as backend:
+        gw, events_read = events_within_one_second(start_gateway, backend.url, std_fake.url)
     assert events_read[-1] == "data: [DONE]"
     assert json.loads(events_read[0].removeprefix("data: "))["choices"][0]["delta"]["content"] == "hi"
     assert 'specgate_requests_total{code="200",pool="speculative",rule="default"} 1.0' \
