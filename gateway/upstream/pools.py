@@ -9,7 +9,9 @@ half-open: exactly one request may try it; success restores it, failure
 ejects it again for twice as long, and a neutral release (the client left
 before the answer began: nothing was learnt) lets the next request try. If
 nothing in a pool is available the caller may ask for the least-bad
-endpoint instead of failing everything.
+endpoint instead of failing everything: one the health check fails will do,
+but never one between trials (its back-off runs, or its trial is out), so an
+ejected endpoint sees one request per back-off whatever happens around it.
 
 A pool whose endpoints are merely full (at their in-flight limit, healthy)
 raises `AtCapacity`, not `NoHealthyBackend`: the request may wait in the
@@ -21,6 +23,7 @@ slot: it queues behind them.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -71,9 +74,11 @@ class Endpoint:
     def usable(self, now: float) -> bool:
         """Would take a request if it had room: healthy, and not ejected (or
         its back-off is over and no half-open trial is out)."""
-        if not self.healthy:
-            return False
-        return not self.ejected() or (now >= self.ejected_until and not self.trial_in_flight)
+        return self.healthy and not self.resting(now)
+
+    def resting(self, now: float) -> bool:
+        """Ejected and between trials: its back-off runs, or its one trial is out."""
+        return self.ejected() and (now < self.ejected_until or self.trial_in_flight)
 
     def room(self, now: float) -> int:
         """How many more requests it takes now: one while half-open."""
@@ -139,7 +144,7 @@ class Pool:
         elif any(e.usable(now) for e in self.endpoints if e not in skip):
             raise AtCapacity(f"pool '{self.name}' is at its in-flight limit")
         elif degraded:
-            endpoint = self._least_bad([e for e in self.endpoints if e not in skip and not e.full()])
+            endpoint = self._least_bad([e for e in self.endpoints if e not in skip and not e.full()], now)
         else:
             raise NoHealthyBackend(f"pool '{self.name}' has no healthy endpoint")
         trial = endpoint.ejected()
@@ -215,10 +220,18 @@ class Pool:
         load_b = b.outstanding + elsewhere.get(b.url, 0) + 1
         return a if load_a / a.weight <= load_b / b.weight else b
 
-    def _least_bad(self, endpoints: list[Endpoint]) -> Endpoint:
+    def _least_bad(self, endpoints: list[Endpoint], now: float) -> Endpoint:
+        """The best of `endpoints` not between trials; when every one is, the
+        answer says when the first back-off ends."""
+        open_ = [e for e in endpoints if not e.resting(now)]
+        if open_:
+            return min(open_, key=lambda e: (not e.healthy, e.ejected(), e.failures, e.outstanding))
         if not endpoints:
             raise NoHealthyBackend(f"pool '{self.name}' is at its in-flight limit")
-        return min(endpoints, key=lambda e: (not e.healthy, e.ejected_until, e.failures, e.outstanding))
+        back = min(e.ejected_until for e in endpoints) - now
+        raise NoHealthyBackend(f"every endpoint of pool '{self.name}' is ejected after failing; "
+                               f"the first may be tried again in {max(back, 0.0):.1f} s",
+                               retry_after_s=max(1, math.ceil(back)))
 
 
 _NO_COUNTS: Mapping[str, int] = MappingProxyType({})

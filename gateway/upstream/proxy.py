@@ -297,11 +297,11 @@ class Forwarder:
     def _may_retry(self, upstream: Upstream, tried: list[Endpoint], degraded: bool = False) -> bool:
         """Another attempt needs attempts left, an endpoint not tried yet that is
         available (an ejected one waits for its back-off; in degraded mode any
-        endpoint not full will do), and budget."""
+        endpoint not full and not between trials will do), and budget."""
         pool = upstream.pool
         now = pool.clock()
         usable = [e for e in pool.endpoints if e not in tried
-                  and (not e.full() if degraded else e.available(now))]
+                  and (not e.full() and not e.resting(now) if degraded else e.available(now))]
         if len(tried) >= pool.spec.retry.attempts or not usable:
             return False
         if not upstream.budget.withdraw():

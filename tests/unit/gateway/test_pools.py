@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 
@@ -76,18 +77,40 @@ def test_ejection_after_consecutive_failures_then_half_open_trial():
     assert not bad.ejected() and bad.failures == 0
 
 
-def test_all_ejected_means_least_bad_in_degraded_mode():
+def test_all_ejected_means_no_request_until_the_first_back_off_ends():
     clock = Clock()
     pool = make_pool(1, 1, clock=clock)
-    for endpoint, failures in zip(pool.endpoints, (5, 3), strict=True):
-        for _ in range(failures):
-            lease = pool.acquire(exclude=[e for e in pool.endpoints if e is not endpoint], degraded=True)
-            lease.release(ok=False)
-    assert not pool.has_available()
+    first, second = pool.endpoints
+    for _ in range(pool.spec.health.eject_after):
+        pool.acquire(exclude=[second]).release(ok=False)
+    clock.now += first.backoff_s
+    pool.acquire(exclude=[second]).release(ok=False)  # its trial fails: twice the back-off
+    for _ in range(pool.spec.health.eject_after):
+        pool.acquire(exclude=[first]).release(ok=False)
+    assert not pool.has_available() and second.ejected_until < first.ejected_until
+    with pytest.raises(NoHealthyBackend) as refused:  # degraded or not: a back-off is a back-off
+        pool.acquire(degraded=True)
+    first_back = pool.endpoints[1].ejected_until - clock.now
+    assert refused.value.headers["retry-after"] == str(math.ceil(first_back))
+    clock.now += first_back  # the one ejected for the shorter time may have its trial
+    trial = pool.acquire(degraded=True)
+    assert trial.endpoint is pool.endpoints[1] and trial.trial
     with pytest.raises(NoHealthyBackend):
-        pool.acquire()
-    # the one ejected for the shorter time is the least bad
-    assert pool.acquire(degraded=True).endpoint is pool.endpoints[1]
+        pool.acquire(degraded=True)  # one trial at a time
+
+
+def test_degraded_mode_takes_what_the_health_check_failed_but_never_a_resting_endpoint():
+    clock = Clock()
+    pool = make_pool(1, 1, 1, clock=clock)
+    resting, *checked_out = pool.endpoints
+    for _ in range(pool.spec.health.eject_after):
+        pool.acquire(exclude=checked_out).release(ok=False)
+    for endpoint in checked_out:
+        pool.set_health(endpoint, False)
+    picks = {pool.acquire(degraded=True).endpoint for _ in range(6)}
+    assert picks == set(checked_out)
+    with pytest.raises(NoHealthyBackend):  # the retry of a request that tried both others
+        pool.acquire(exclude=checked_out, degraded=True)
 
 
 def test_lease_release_is_idempotent_and_load_returns_to_zero():
