@@ -27,7 +27,9 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import NamedTuple
 
 import httpx
 
@@ -133,12 +135,11 @@ class Claim:
                     self.on_lease(lease.pool, -1)
 
 
-@dataclass(frozen=True)
-class Standing:
+class Standing(NamedTuple):
     """What decides a request's place while pools are saturated: its priority
     and each pool's load as routing read it (`priority.busy_load` is compared with it)."""
     priority: int = 0
-    load: Mapping[str, int] = field(default_factory=dict)
+    load: Mapping[str, int] = MappingProxyType({})
 
     def shed_by(self, pool: Pool, full: bool) -> bool:
         """Whether `pool`, saturated (`full`, or busy by its load), sheds this request."""

@@ -38,6 +38,7 @@ class QueueMetrics:
         self.seconds_by_tier = Histogram("specgate_priority_wait_seconds", "Time a request waited for a slot, "
                                          "by routed pool and priority tier", ["pool", "tier"],
                                          buckets=WAIT_BUCKETS, registry=r)
+        self._admitted: dict[tuple[str, str], Counter] = {}
 
     def waiting(self, pool: str, count: int) -> None:
         self.now.labels(pool).set(count)
@@ -49,7 +50,12 @@ class QueueMetrics:
             self.seconds.labels(pool).observe(seconds)
 
     def admitted(self, pool: str, priority: int) -> None:
-        self.admitted_by_tier.labels(pool, tier(priority)).inc()
+        """Once per request: the labelled child is looked up once per pool and tier."""
+        key = (pool, tier(priority))
+        child = self._admitted.get(key)
+        if child is None:
+            child = self._admitted[key] = self.admitted_by_tier.labels(*key)
+        child.inc()
 
     def queued(self, pool: str, priority: int, seconds: float) -> None:
         """A request that waited `seconds`, however its wait ended."""
