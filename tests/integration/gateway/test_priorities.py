@@ -120,3 +120,26 @@ def test_a_priority_header_that_is_not_an_integer_in_range_is_a_400(start_gatewa
     assert bad.value.body["param"] == "x-specgate-priority"
     assert "-1000 to 1000" in bad.value.message
     assert std_fake.completion_requests() == []
+
+
+def test_a_pool_whose_backends_report_a_long_queue_sheds_low_priorities_and_serves_high(start_gateway, std_fake):
+    gw = start_gateway(standard_only(std_fake.url, max_in_flight=8,
+                                     priority={"shed_below": 0, "busy_load": 16}))
+    runtime = gw.app.state.runtime
+    with openai.OpenAI(base_url=gw.base_url, api_key="k", max_retries=0) as client:
+        def ask_at(priority: int):
+            return client.chat.completions.with_raw_response.create(
+                model="m", messages=[{"role": "user", "content": f"at {priority}"}], max_tokens=4,
+                extra_headers={"x-specgate-priority": str(priority)})
+
+        assert ask_at(-1).status_code == 200  # not busy: every priority goes through
+        runtime.reported.publish({"standard": 40})  # the backends report 40 running + waiting
+        with pytest.raises(openai.RateLimitError) as shed:
+            ask_at(-1)
+        served = ask_at(0)
+        runtime.reported.publish({"standard": 3})
+        assert ask_at(-5).status_code == 200
+    assert served.status_code == 200 and served.headers["x-specgate-pool"] == "standard"
+    assert shed.value.code == "rate_limit_exceeded" and shed.value.response.headers["retry-after"] == "5"
+    assert "shed requests of priority -1" in shed.value.message
+    assert [r.body["messages"][0]["content"] for r in std_fake.completion_requests()] == ["at -1", "at 0", "at -5"]
