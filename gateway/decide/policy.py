@@ -22,6 +22,7 @@ from gateway.decide.capture_spec import CaptureSpec
 from gateway.decide.conditions import ConditionError, Predicate, compile_condition
 from gateway.decide.features import Defaults
 from gateway.decide.pacing_spec import PacingSpec
+from gateway.decide.priority_spec import HIGHEST, LOWEST, PrioritySpec
 from gateway.decide.yaml_lines import YamlError, load_with_lines
 
 
@@ -74,10 +75,7 @@ class HealthSpec(Strict):
 
 
 class QueueSpec(Strict):
-    """Requests that wait for a slot while every pool of their chain is at its
-    in-flight limit. Unset: 4 x the pool's in-flight limit (at least 256)
-    waiters, each for at most first_byte_s or 30 s, whichever is smaller;
-    max_waiting: 0 answers 503 at once, as before queueing existed."""
+    """Waiting for a slot while the chain is full; unset, see `queue_limits` (upstream/pools.py)."""
     max_waiting: int | None = Field(default=None, ge=0)
     max_wait_s: float | None = Field(default=None, gt=0)
 
@@ -97,6 +95,7 @@ class PoolSpec(Strict):
     health: HealthSpec = HealthSpec()
     queue: QueueSpec = QueueSpec()
     pacing: PacingSpec = PacingSpec()  # split and space a stream's multi-token events
+    priority: PrioritySpec = PrioritySpec()  # shed low priorities while saturated
 
     @field_validator("api_key")
     @classmethod
@@ -135,6 +134,7 @@ class RuleSpec(Strict):
     when: dict[str, Any] | None = None
     route: str  # a pool, or `fastest`
     candidates: list[str] | None = Field(default=None, min_length=1)  # for `fastest`; else every pool
+    priority: int | None = Field(default=None, ge=LOWEST, le=HIGHEST)  # of the requests it matches
     reason: str | None = None
 
 

@@ -2,8 +2,11 @@
 
 Keys come from the environment (`SPECGATE_API_KEYS="key1,key2:standard+eagle"`)
 or a file (`SPECGATE_API_KEYS_FILE`, YAML or JSON: a list of
-`{key: ..., pools: [...]}`), never from the policy. A key may be limited to
-some pools. Keys are kept only as SHA-256 digests, looked up by digest, so a
+`{key: ..., pools: [...], priority: N, max_priority: M}`), never from the
+policy. A key may be limited to some pools. A file's key may set its
+requests' priority (`priority`, 0 unset) and the most its clients may claim
+with the `x-specgate-priority` header (`max_priority`, unset: `priority`);
+see docs/priorities.md. Keys are kept only as SHA-256 digests, looked up by digest, so a
 comparison costs the same whatever the key.
 """
 
@@ -16,12 +19,19 @@ from pathlib import Path
 
 import yaml
 
+from gateway.decide.priority_spec import HIGHEST, LOWEST
 from gateway.errors import Unauthorized
 
 
 @dataclass(frozen=True)
 class Grant:
     pools: frozenset[str] | None  # None: every pool
+    priority: int = 0  # its requests' priority, unless a rule or the header says otherwise
+    max_priority: int | None = None  # the most the header may claim; None: `priority`
+
+    @property
+    def cap(self) -> int:
+        return self.priority if self.max_priority is None else max(self.max_priority, self.priority)
 
     def allows(self, pool: str) -> bool:
         return self.pools is None or pool in self.pools
@@ -61,14 +71,25 @@ class ClientKeys:
 def _from_file(path: Path) -> dict[str, Grant]:
     entries = yaml.safe_load(path.read_text(encoding="utf-8")) or []
     if not isinstance(entries, list):
-        raise ValueError(f"{path}: expected a list of {{key, pools}} entries")
+        raise ValueError(f"{path}: expected a list of {{key, pools, priority, max_priority}} entries")
     grants = {}
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or not isinstance(entry.get("key"), str):
             raise ValueError(f"{path}: entry {i} needs a string 'key'")
         pools = entry.get("pools")
-        grants[entry["key"]] = Grant(frozenset(_strings(pools, path, i)) if pools else None)
+        grants[entry["key"]] = Grant(frozenset(_strings(pools, path, i)) if pools else None,
+                                     _priority(entry, "priority", path, i) or 0,
+                                     _priority(entry, "max_priority", path, i))
     return grants
+
+
+def _priority(entry: dict[str, object], name: str, path: Path, i: int) -> int | None:
+    value = entry.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not LOWEST <= value <= HIGHEST:
+        raise ValueError(f"{path}: entry {i}: '{name}' must be an integer from {LOWEST} to {HIGHEST}")
+    return value
 
 
 def _strings(values: object, path: Path, i: int) -> Iterable[str]:

@@ -23,6 +23,7 @@ from gateway.decide.routing import Decision, Overrides, Routed, route
 from gateway.decide.traffic import ClassLatency, traffic_class
 from gateway.edge.auth import ClientKeys, Grant
 from gateway.edge.load_view import DecisionLoad
+from gateway.edge.priority import request_priority
 from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, PayloadTooLarge, RequestTimeout
 from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
@@ -104,6 +105,7 @@ class ProxyEndpoints:
         routed = self.route(body, endpoint, request.headers)
         decision, features = routed.decision, routed.features
         check_limits(body, Limits(n=self.settings.max_n, max_tokens=self._max_tokens(decision.pool)))
+        priority = request_priority(request.headers, grant, self.runtime.policy, decision.rule)
         self._count(decision)
         traffic = self._traffic_class(features)
         if self.capture is not None:
@@ -115,7 +117,7 @@ class ProxyEndpoints:
                             hide_usage=usage_hidden(body, features.stream, features.n))
         return self._relay(Exchange(chain, outgoing, request.state.request_id, decision.rule, started,
                                     self.forwarder, self.recorder, degraded=degraded,
-                                    traffic=traffic, measured=True, load=features.load))
+                                    traffic=traffic, measured=True, load=features.load, priority=priority))
 
     async def passthrough(self, request: Request) -> ASGIApp:
         """Any other /v1/* path goes to the policy's default pool as it is."""
@@ -125,10 +127,11 @@ class ProxyEndpoints:
         raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout_s)
         chain, degraded = self._chain(self.runtime.policy.default_pool, grant)
         _check_sendable(target, chain)
+        priority = request_priority(request.headers, grant, self.runtime.policy, None)
         outgoing = Outgoing(request.method, target, raw, self._forwarded(request),
                             drop_client_key=self.keys.enabled)
         return self._relay(Exchange(chain, outgoing, request.state.request_id, "passthrough", started,
-                                    self.forwarder, self.recorder, degraded=degraded))
+                                    self.forwarder, self.recorder, degraded=degraded, priority=priority))
 
     async def models(self, request: Request) -> Response:
         """The union of the models the pools' backends serve."""

@@ -27,7 +27,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.upstream.meter import Measurement, TokenMeter, UsageTap, completion_tokens
 from gateway.upstream.pacing import ask_token_counts, paces
 from gateway.upstream.pools import Pool
-from gateway.upstream.proxy import Claim, Forwarder, Opened, Outbound
+from gateway.upstream.proxy import Claim, Forwarder, Opened, Outbound, Standing
 from gateway.upstream.runtime import Runtime
 from gateway.upstream.upstream import Upstream
 
@@ -166,6 +166,7 @@ class Exchange:
     traffic: str | None = None  # the class the answer's measurement is kept under
     measured: bool = False  # a generation: its answer is measured in output tokens
     load: Mapping[str, int] = field(default_factory=dict)  # each pool's load when the request was routed
+    priority: int = 0  # its place while pools are saturated (docs/priorities.md)
     claim: Claim = field(init=False)
     meter: TokenMeter | None = field(default=None, init=False)
     tap: UsageTap | None = field(default=None, init=False)  # a streamed answer's events pass through it
@@ -177,7 +178,8 @@ class Exchange:
     async def open(self) -> Opened:
         """The backend's answer, headers in, leased through the claim."""
         self.recorder.overhead(time.perf_counter() - self.started)
-        opened = await self.forwarder.open_first(self.chain, self._outbound, self.claim, self.degraded)
+        opened = await self.forwarder.open_first(self.chain, self._outbound, self.claim, self.degraded,
+                                                 Standing(self.priority, self.load))
         stream = opened.response.stream
         if (self.measured and isinstance(stream, httpx.AsyncByteStream)
                 and opened.response.headers.get("content-type", "").startswith(SSE)):

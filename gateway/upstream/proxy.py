@@ -10,7 +10,10 @@ hands it to the next. Nothing is retried once a byte has gone to the client
 (see relay.py). When the pools that could take it are all merely full (at
 their in-flight limit, not unhealthy), the request waits for a slot in their
 queues (queue.py) up to the routed pool's `queue.max_wait_s`, then is answered
-503 with Retry-After; so is a request that finds those queues full.
+503 with Retry-After. A request the queues will not hold for its priority
+(full of waiters no lower than it, or evicted by a higher one), or below a
+saturated pool's `priority.shed_below`, is answered 429 with Retry-After
+(`Shed`, docs/priorities.md).
 
 Every lease is taken through the request's `Claim`, the one owner of what the
 request holds upstream (a lease, a response): giving the claim back returns
@@ -23,15 +26,17 @@ import asyncio
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import NamedTuple
 
 import httpx
 
 from gateway.errors import AtCapacity, InvalidRequest, NoHealthyBackend, UpstreamUnreachable
 from gateway.upstream.failures import HEADER_TIMEOUTS, BeforeHeaders, upstream_error
 from gateway.upstream.pools import Endpoint, Lease, Pool
-from gateway.upstream.queue import Ticket, WaitQueue, wait
+from gateway.upstream.queue import Evicted, Shed, Ticket, WaitQueue, wait
 from gateway.upstream.queue_metrics import QueueMetrics
 from gateway.upstream.upstream import Upstream
 
@@ -130,6 +135,20 @@ class Claim:
                     self.on_lease(lease.pool, -1)
 
 
+class Standing(NamedTuple):
+    """What decides a request's place while pools are saturated: its priority
+    and each pool's load as routing read it (`priority.busy_load` is compared with it)."""
+    priority: int = 0
+    load: Mapping[str, int] = MappingProxyType({})
+
+    def shed_by(self, pool: Pool, full: bool) -> bool:
+        """Whether `pool`, saturated (`full`, or busy by its load), sheds this request."""
+        spec = pool.spec.priority
+        if spec.shed_below is None or self.priority >= spec.shed_below:
+            return False
+        return full or (spec.busy_load is not None and self.load.get(pool.name, 0) >= spec.busy_load)
+
+
 class ChainFull(Exception):
     """Inside the forwarder, never answered: a walk found no pool to take the
     request and some of them only full. `queues` are those pools' queues."""
@@ -168,33 +187,50 @@ class Forwarder:
         self.waits = waits or QueueMetrics()
 
     async def open_first(self, chain: Sequence[Upstream], outbound: Callable[[Pool], Outbound],
-                         claim: Claim, degraded: bool = False) -> Opened:
+                         claim: Claim, degraded: bool = False, standing: Standing | None = None) -> Opened:
         """Open on the first of `chain` (a pool, then its fallback chain) that takes
         the request; the last one's answer stands, and so does its error
         unless a pool of the chain was only full: then the request waits
-        for a slot."""
+        for a slot, or is shed for its priority."""
+        standing = standing or Standing()
+        routed = chain[0].pool.name
         try:
-            return await self._walk(chain, outbound, claim, degraded)
-        except ChainFull as full:
-            return await self._queued(chain, outbound, claim, degraded, full)
+            try:
+                opened = await self._walk(chain, outbound, claim, degraded, standing)
+            except ChainFull as full:
+                opened = await self._queued(chain, outbound, claim, degraded, full, standing)
+        except Shed as shed:
+            self.waits.shed(routed, standing.priority, shed.reason)
+            raise
+        self.waits.admitted(routed, standing.priority)
+        return opened
 
     async def _walk(self, chain: Sequence[Upstream], outbound: Callable[[Pool], Outbound], claim: Claim,
-                    degraded: bool, ticket: Ticket | None = None) -> Opened:
+                    degraded: bool, standing: Standing, ticket: Ticket | None = None) -> Opened:
         """One walk down the chain. Nothing has reached the client yet, so
-        moving on costs it nothing. `ticket`: a wake-up from one pool's queue."""
+        moving on costs it nothing. `ticket`: a wake-up from one pool's queue.
+        A pool saturated for the request's priority is passed over like a full one."""
         full: list[WaitQueue] = []
+        shed = False
         for i, upstream in enumerate(chain):
             last = i == len(chain) - 1
             pool = upstream.pool
             mine = ticket if ticket is not None and ticket.queue is pool.queue else None
             try:
+                if standing.shed_by(pool, full=False):
+                    raise AtCapacity(f"pool '{pool.name}' is busy")
                 opened = await self.open(upstream, outbound(pool), claim, degraded=degraded, ticket=mine)
             except (NoHealthyBackend, UpstreamUnreachable) as exc:
                 if isinstance(exc, AtCapacity):
-                    full.append(pool.queue)
+                    if standing.shed_by(pool, full=True):
+                        shed = True
+                    else:
+                        full.append(pool.queue)
                 if last:
                     if full:
                         raise ChainFull(full) from None
+                    if shed:
+                        raise _shed(chain[0].pool, standing.priority) from None
                     raise
                 claim.fallback = claim.fallback or _why(exc)
                 continue
@@ -207,9 +243,9 @@ class Forwarder:
         raise NoHealthyBackend("no pool to send the request to")
 
     async def _queued(self, chain: Sequence[Upstream], outbound: Callable[[Pool], Outbound], claim: Claim,
-                      degraded: bool, full: ChainFull) -> Opened:
+                      degraded: bool, full: ChainFull, standing: Standing) -> Opened:
         """Wait in the full pools' queues, then walk the chain again; a waiter
-        woken that finds no slot after all waits again, first in line."""
+        woken that finds no slot after all waits again, first among its priority."""
         routed = chain[0].pool
         limits = routed.queue
         now = asyncio.get_running_loop().time()
@@ -217,19 +253,20 @@ class Forwarder:
         outcome, waited_since, woken = "failed", None, False
         try:
             while True:
-                queues = [q for q in full.queues if q.has_room()]
+                queues = [q for q in full.queues if q.takes(standing.priority)]
                 if not queues:
                     outcome = "full"
-                    raise AtCapacity(f"pool '{routed.name}' and its fallbacks are at their in-flight limit "
-                                     "and their queues are full: retry later", retry_after_s=_after(limits))
+                    raise Shed(f"pool '{routed.name}' and its fallbacks are at their in-flight limit and their "
+                               "queues are full of requests of no lower priority: retry later",
+                               retry_after_s=_after(limits))
                 waited_since = waited_since or now
-                ticket = await self._wait(queues, deadline, woken)
+                ticket = await self._wait(queues, deadline, woken, standing.priority)
                 if ticket is None:
                     outcome = "timeout"
                     raise AtCapacity(f"no slot came free on pool '{routed.name}' or its fallbacks within "
                                      f"{deadline - waited_since:.3g} s: retry later", retry_after_s=_after(limits))
                 try:
-                    opened = await self._walk(chain, outbound, claim, degraded, ticket)
+                    opened = await self._walk(chain, outbound, claim, degraded, standing, ticket)
                 except ChainFull as again:
                     full, woken = again, True
                     continue
@@ -237,19 +274,25 @@ class Forwarder:
                     ticket.redeem()
                 outcome = "served"
                 return opened
+        except Evicted:
+            outcome = "evicted"
+            raise Shed("a request of higher priority took this one's place in the queue of pool "
+                       f"'{routed.name}': retry later", retry_after_s=_after(limits), reason="evicted") from None
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
         finally:
             seconds = None if waited_since is None else asyncio.get_running_loop().time() - waited_since
             self.waits.waited(routed.name, outcome, seconds)
+            if seconds is not None:
+                self.waits.queued(routed.name, standing.priority, seconds)
 
-    async def _wait(self, queues: list[WaitQueue], deadline: float, first: bool) -> Ticket | None:
+    async def _wait(self, queues: list[WaitQueue], deadline: float, first: bool, priority: int) -> Ticket | None:
         """`wait`, with the waiting gauge of the queues it joins kept up."""
         try:
             for queue in queues:
-                self.waits.waiting(queue.pool, queue.waiting + 1)
-            return await wait(queues, deadline, first)
+                self.waits.waiting(queue.pool, min(queue.waiting + 1, queue.max_waiting))
+            return await wait(queues, deadline, first, priority)
         finally:
             for queue in queues:
                 self.waits.waiting(queue.pool, queue.waiting)
@@ -323,6 +366,11 @@ def _request(outbound: Outbound, endpoint: Endpoint, timeouts: dict[str, float])
 
 def _why(exc: NoHealthyBackend | UpstreamUnreachable) -> str:
     return "unreachable" if isinstance(exc, UpstreamUnreachable) else "no_capacity"
+
+
+def _shed(routed: Pool, priority: int) -> Shed:
+    return Shed(f"pool '{routed.name}' and its fallbacks are saturated and shed requests of priority {priority}: "
+                "retry later", retry_after_s=_after(routed.queue), reason="below_threshold")
 
 
 def _after(queue: WaitQueue) -> int:

@@ -268,7 +268,7 @@ def test_unhealthy_speculative_pool_falls_back_to_its_fallback(gateway, spec_fak
     spec_fake.set_healthy(True)
 
 
-def test_no_capacity_and_no_queue_is_503_with_retry_after(start_gateway, std_fake):
+def test_no_capacity_and_no_queue_is_429_with_retry_after(start_gateway, std_fake):
     gw = start_gateway({**policy_dict([std_fake.url], [std_fake.url], max_in_flight=1, queue={"max_waiting": 0}),
                         "rules": [{"name": "all", "route": "standard"}]})
     hold = std_fake.hold()
@@ -277,9 +277,9 @@ def test_no_capacity_and_no_queue_is_503_with_retry_after(start_gateway, std_fak
         with httpx.stream("POST", gw.base_url + "/chat/completions", json=body, timeout=10) as first:
             assert first.status_code == 200
             busy = httpx.post(gw.base_url + "/chat/completions", json=body, timeout=5)
-            assert busy.status_code == 503
+            assert busy.status_code == 429  # shed: the queue holds nobody
             assert busy.headers["retry-after"]
-            assert busy.json()["error"]["code"] == "at_capacity"
+            assert busy.json()["error"]["code"] == "rate_limit_exceeded"
             hold.set()
     finally:
         std_fake.release()

@@ -1,5 +1,5 @@
 """A burst larger than a pool's in-flight limit waits in the gateway's queue
-and is served; beyond the queue's bound the answer is 503 with Retry-After.
+and is served; beyond the queue's bound the answer is 429 with Retry-After.
 Real servers on 127.0.0.1, the official openai client."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def test_a_burst_over_max_in_flight_waits_and_completes_without_a_503(start_gate
     assert (pool.in_flight, pool.queue.waiting, pool.queue.handed) == (0, 0, 0)
 
 
-def test_beyond_the_queue_bound_the_answer_is_503_with_retry_after(start_gateway, std_fake):
+def test_beyond_the_queue_bound_the_answer_is_429_with_retry_after(start_gateway, std_fake):
     gw = start_gateway(standard_only(std_fake.url, max_in_flight=1, queue={"max_waiting": 2}))
     pool = gw.app.state.runtime.pools["standard"]
     std_fake.hold()
@@ -76,9 +76,9 @@ def test_beyond_the_queue_bound_the_answer_is_503_with_retry_after(start_gateway
         error = asyncio.run(main())
     finally:
         std_fake.release()
-    assert error.status_code == 503
+    assert error.status_code == 429
     assert error.response.headers["retry-after"] == "5"  # the pool's first_byte_s bounds the wait
-    assert error.code == "at_capacity"
+    assert error.code == "rate_limit_exceeded"
     assert "queues are full" in error.message
 
 

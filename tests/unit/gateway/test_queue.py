@@ -1,4 +1,4 @@
-"""Waiting for a slot: FIFO order, the bound, the deadline, a client that
+"""Waiting for a slot: FIFO order, the bound (429), the deadline, a client that
 leaves, and a wake-up handed over to the next waiter when its waiter is gone."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from gateway.decide.policy import PoolSpec, parse_policy
 from gateway.errors import AtCapacity, NoHealthyBackend
 from gateway.upstream.pools import Pool, queue_limits
 from gateway.upstream.proxy import Claim, Forwarder, Outbound
+from gateway.upstream.queue import Shed
 from gateway.upstream.queue_metrics import QueueMetrics
 from gateway.upstream.runtime import Runtime
 from gateway.upstream.upstream import Upstream
@@ -28,7 +29,7 @@ def upstream(pool: Pool) -> Upstream:
     return Upstream(pool, httpx.MockTransport(lambda request: httpx.Response(200, text="ok")))
 
 
-def outbound(pool: Pool) -> Outbound:
+def outbound(pool: Pool | None) -> Outbound:
     return Outbound("/v1/completions", [], b"{}", header_timeout_s=5.0)
 
 
@@ -95,13 +96,13 @@ def test_waiters_are_served_first_come_first_served_and_newcomers_queue_behind()
     assert w.sample("specgate_queue_waiting", pool="p") == 0
 
 
-def test_beyond_the_bound_the_answer_is_503_with_retry_after_at_once():
+def test_beyond_the_bound_the_answer_is_429_with_retry_after_at_once():
     pool = make_pool(queue={"max_waiting": 2, "max_wait_s": 7.5})
     w = Waiting(pool)
 
-    async def main() -> AtCapacity:
+    async def main() -> Shed:
         holder, tasks = await w.fill(pool, "w0", "w1")
-        with pytest.raises(AtCapacity) as refused:
+        with pytest.raises(Shed) as refused:
             await w.request("third")
         await holder.give_back(True)
         for task in tasks:
@@ -109,10 +110,11 @@ def test_beyond_the_bound_the_answer_is_503_with_retry_after_at_once():
         return refused.value
 
     error = asyncio.run(main())
-    assert error.status_code == 503 and error.code == "at_capacity"
+    assert error.status_code == 429 and error.code == "rate_limit_exceeded"
     assert error.headers["retry-after"] == "8"
     assert "queues are full" in error.message
     assert w.sample("specgate_queue_waits_total", pool="p", outcome="full") == 1
+    assert w.sample("specgate_priority_shed_total", pool="p", tier="normal", reason="full") == 1
     assert pool.in_flight == 0
 
 

@@ -1,0 +1,26 @@
+"""A request's priority at the edge: its key's, its rule's, or the one its
+`x-specgate-priority` header claims within the key's cap (the order is in
+gateway/decide/priority_spec.py and docs/priorities.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gateway.decide.policy import Policy
+from gateway.decide.priority_spec import HEADER, claimed, resolve
+from gateway.edge.auth import Grant
+
+
+def request_priority(headers: Mapping[str, str], grant: Grant | None, policy: Policy, rule: str | None) -> int:
+    """400 when the header is not an integer from -1000 to 1000."""
+    header = claimed(headers.get(HEADER))
+    own, cap = (0, 0) if grant is None else (grant.priority, grant.cap)
+    return resolve(own, cap, None if rule is None else rule_priority(policy, rule), header)
+
+
+def rule_priority(policy: Policy, rule: str) -> int | None:
+    """The `priority:` of the rule named `rule` (names are unique), if it sets one."""
+    for spec in policy.spec.rules:
+        if spec.name == rule:
+            return spec.priority
+    return None
