@@ -7,11 +7,12 @@
     ├── NotFound              404     unknown path, unknown pool
     ├── MethodNotAllowed      405
     ├── PayloadTooLarge       413     body over max_body_bytes
+    ├── Shed                  429     refused for its priority while the pool is saturated (Retry-After)
     ├── HangsUp                       answered before the request was read whole: closes the connection
     │   ├── RequestTimeout    408     body not received within body_timeout_s
     │   └── HeadersTooLarge   431     headers over max_header_bytes
     ├── NoHealthyBackend      503     nothing to send the request to (Retry-After)
-    │   └── AtCapacity        503     every pool of the chain full, and its queue full or waited out
+    │   └── AtCapacity        503     every pool of the chain full, and its wait ran out
     └── UpstreamError                 the backend failed before the first byte
         ├── UpstreamUnreachable   502 connect errors or bad statuses after retries
         └── UpstreamTimeout       504 no first byte within the pool's timeout
@@ -100,6 +101,18 @@ class HeadersTooLarge(HangsUp):
     status_code = 431
     error_type = "invalid_request_error"
     code = "headers_too_large"
+
+
+class Shed(GatewayError):
+    """Refused for its priority while the pool is saturated: a lower-priority
+    request would otherwise have gone first. Retry-After says when to retry."""
+    status_code = 429
+    error_type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1, reason: str = "full") -> None:
+        super().__init__(message, headers={"retry-after": str(retry_after_s)})
+        self.reason = reason  # full, evicted or below_threshold: the shed metric's label
 
 
 class NoHealthyBackend(GatewayError):

@@ -27,21 +27,6 @@ import bisect
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-from gateway.errors import GatewayError
-
-
-class Shed(GatewayError):
-    """Refused for its priority while the pool is saturated: a lower-priority
-    request would otherwise have gone first. Retry-After says when to retry."""
-    status_code = 429
-    error_type = "rate_limit_error"
-    code = "rate_limit_exceeded"
-
-    def __init__(self, message: str, *, retry_after_s: int = 1, reason: str = "full") -> None:
-        super().__init__(message, headers={"retry-after": str(retry_after_s)})
-        self.reason = reason  # full, evicted or below_threshold: the shed metric's label
-
-
 EVICTED = "evicted"  # what an evicted waiter's future resolves to
 
 

@@ -9,9 +9,10 @@ import asyncio
 
 import pytest
 
+from gateway.errors import Shed
 from gateway.upstream.pools import Pool
 from gateway.upstream.proxy import Claim, Standing
-from gateway.upstream.queue import Shed, Waiter, WaitQueue
+from gateway.upstream.queue import Waiter, WaitQueue
 
 from .test_queue import Waiting, make_pool, outbound, until
 

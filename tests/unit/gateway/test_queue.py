@@ -11,10 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gateway.decide.policy import PoolSpec, parse_policy
-from gateway.errors import AtCapacity, NoHealthyBackend
+from gateway.errors import AtCapacity, NoHealthyBackend, Shed
 from gateway.upstream.pools import Pool, queue_limits
 from gateway.upstream.proxy import Claim, Forwarder, Outbound
-from gateway.upstream.queue import Shed
 from gateway.upstream.queue_metrics import QueueMetrics
 from gateway.upstream.runtime import Runtime
 from gateway.upstream.upstream import Upstream
