@@ -70,8 +70,8 @@ def test_a_second_turn_matches_the_first_turns_blocks():
     served(pool, first)
     answer = pool.explain(second)
     assert answer["reason"] == "prefix"
-    assert answer["matched_blocks"] == len(first.blocks(256))
-    assert answer["prompt_blocks"] == len(second.blocks(256)) > answer["matched_blocks"]
+    assert answer["matched_blocks"] == len(first.blocks(256).hashes)
+    assert answer["prompt_blocks"] == len(second.blocks(256).hashes) > answer["matched_blocks"]
     assert answer["balance"] == "prefix" and answer["session"] is None
 
 
