@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from gateway.decide.policy import PoolSpec
+from gateway.decide.policy import PolicyError, PoolSpec, load_policy
 from gateway.decide.prompt_key import PromptKey
 from gateway.upstream.balance import LeastOutstanding, PrefixAffinity
 from gateway.upstream.pools import Lease, Pool
@@ -185,3 +185,11 @@ def test_requests_without_a_prompt_keep_two_choices():
 def test_affinity_settings_are_checked(affinity):
     with pytest.raises(ValueError):
         PoolSpec(kind="standard", endpoints=[{"url": "http://a"}], affinity=affinity)
+
+
+def test_an_unknown_balance_is_a_policy_error_naming_its_line(tmp_path):
+    path = tmp_path / "policy.yaml"
+    path.write_text("version: 1\npools:\n  standard:\n    kind: standard\n    endpoints: [{url: 'http://a'}]\n"
+                    "    balance: round_robin\nrules: [{name: all, route: standard}]\n")
+    with pytest.raises(PolicyError, match=r"policy.yaml:6: .*balance"):
+        load_policy(path)
