@@ -5,7 +5,10 @@ Chat conversations of growing length (a shared system prompt, then turns of
 user and assistant messages) are hashed at the default 256-character blocks
 with a fresh `PromptKey` each time, as the gateway does once per request;
 then a pool of 4 endpoints balancing by prefix picks and records an endpoint
-for each, with the prefix map warm. Prints one JSON line per prompt size.
+for each (an acquire and release of its lease), with the prefix map warm;
+`least_outstanding_us` is the same acquire and release in a pool that
+balances by two random choices, for comparison. Prints one JSON line per
+prompt size.
 
     python bench/prefix_hash.py --repeat 2000
 """
@@ -60,11 +63,14 @@ def main() -> None:
         bodies = [conversation(turns, seed) for seed in range(64)]
         chars = sum(len(m["content"]) for m in bodies[0]["messages"])
         pool = Pool("p", PoolSpec(kind="standard", endpoints=endpoints), rng=random.Random(1))
+        plain = Pool("p", PoolSpec(kind="standard", endpoints=endpoints, balance="least_outstanding"),
+                     rng=random.Random(1))
         per_request_us(bodies, len(bodies), pool)  # warm the map: every prompt seen once
         print(json.dumps({"turns": turns, "prompt_chars": chars,
                           "blocks": len(PromptKey(bodies[0], "chat", {}).blocks(256).hashes),
                           "hash_us": round(per_request_us(bodies, args.repeat, None), 2),
-                          "hash_pick_record_us": round(per_request_us(bodies, args.repeat, pool), 2)}))
+                          "hash_pick_record_us": round(per_request_us(bodies, args.repeat, pool), 2),
+                          "least_outstanding_us": round(per_request_us(bodies, args.repeat, plain), 2)}))
 
 
 if __name__ == "__main__":
