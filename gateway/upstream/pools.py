@@ -117,9 +117,9 @@ class Pool:
         self.elsewhere: Callable[[], Mapping[str, int]] = _nowhere  # url -> other replicas' in flight
         self.on_health_change: Callable[[Endpoint], None] = lambda endpoint: None
         self.queue = WaitQueue(name, *queue_limits(spec), free=self.free)
-        self.balancer: Balancer[Endpoint] = (PrefixAffinity(spec.affinity, self.rng)
-                                   if balance_of(spec.balance, len(spec.endpoints)) == "prefix"
-                                   else LeastOutstanding(self.rng))
+        by_prefix = balance_of(spec.balance, len(spec.endpoints)) == "prefix"
+        self.balancer: Balancer[Endpoint] = (
+            PrefixAffinity(spec.affinity, self.rng) if by_prefix else LeastOutstanding(self.rng))
 
     @property
     def kind(self) -> str:
