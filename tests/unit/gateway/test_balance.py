@@ -67,12 +67,16 @@ def test_every_turn_lands_where_the_conversation_began():
 def test_a_second_turn_matches_the_first_turns_blocks():
     pool = make_pool(4)
     first, second = turns(1, 2)
-    served(pool, first)
+    lease = pool.acquire(key=first)
+    assert (lease.why, lease.matched) == ("hash", 0)  # what the request's log line says
+    lease.release(True)
     answer = pool.explain(second)
     assert answer["reason"] == "prefix"
     assert answer["matched_blocks"] == len(first.blocks(256).hashes)
     assert answer["prompt_blocks"] == len(second.blocks(256).hashes) > answer["matched_blocks"]
     assert answer["balance"] == "prefix" and answer["session"] is None
+    lease = pool.acquire(key=second)
+    assert (lease.why, lease.matched) == ("prefix", answer["matched_blocks"])
 
 
 def test_bounded_load_holds_under_a_skewed_prefix_distribution():
