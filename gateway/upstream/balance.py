@@ -13,8 +13,8 @@ replicas' as last published. In order:
 2. the endpoint that served the longest leading run of the prompt's blocks,
    then the next longest, while within the bound;
 3. no block matched: weighted rendezvous hashing of the session key, else of
-   the first block, over the endpoints within the bound (every gateway
-   agrees, so a new conversation's second turn finds its first);
+   the first block, over the endpoints within the bound (every gateway and
+   worker computes the same choice, sharing nothing);
 4. else the least loaded by weight.
 
 The chosen endpoint is then recorded for every block and the session. An
