@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from gateway.decide.policy import Policy, PoolSpec, parse_policy
-from gateway.errors import InvalidRequest, NoHealthyBackend, UpstreamUnreachable
+from gateway.errors import InvalidRequest, NoHealthyBackend, Shed, UpstreamUnreachable
 from gateway.upstream.pools import Pool
 from gateway.upstream.proxy import Claim, Forwarder, Outbound
 from gateway.upstream.upstream import Upstream
@@ -192,14 +192,14 @@ def test_a_busy_or_failing_pool_passes_on_and_the_last_answer_stands(status, ver
 
 
 def test_the_last_pool_error_stands_and_nothing_is_held():
-    # a pool that holds no waiters: full answers at once
+    # a pool that holds no waiters: full answers at once, 429 (shed: it may be retried)
     first, second = make_pool("first"), make_pool("second", max_in_flight=1, queue={"max_waiting": 0})
     second.acquire()  # full
     claim = Claim()
     handlers = {"first": httpx.MockTransport(refuse), "second": httpx.MockTransport(refuse)}
 
     async def main() -> None:
-        with pytest.raises(NoHealthyBackend):
+        with pytest.raises(Shed):
             await forwarder().open_first(chain(handlers, first, second), outbound, claim)
 
     asyncio.run(main())
