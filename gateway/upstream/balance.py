@@ -97,8 +97,10 @@ class Loads(Generic[E]):
     def fits(self, endpoint: E) -> bool:
         return self.of[endpoint] + 1 <= self.bound(endpoint)
 
-    def least(self) -> E:
-        return min(self.of, key=lambda e: (self.of[e] + 1) / e.weight)
+    def least(self, rank: Callable[[E], float]) -> E:
+        """The least loaded for its weight; a tie goes to the highest `rank`, not
+        to the endpoint listed first (ties are common at light load)."""
+        return min(self.of, key=lambda e: ((self.of[e] + 1) / e.weight, -rank(e)))
 
 
 class PrefixAffinity(Generic[E]):
@@ -106,6 +108,7 @@ class PrefixAffinity(Generic[E]):
         self.spec = spec
         self.prefixes: LruMap[E] = LruMap(spec.max_blocks)
         self.sessions: LruMap[E] = LruMap(spec.max_blocks)
+        self.rng = rng
         self.keyless: LeastOutstanding[E] = LeastOutstanding(rng)  # a request with no prompt to hash (passthrough)
         self._ids: dict[str, int] = {}  # url -> its 64-bit hash, for rendezvous
 
@@ -135,7 +138,7 @@ class PrefixAffinity(Generic[E]):
             fitting = [e for e in candidates if loads.fits(e)]
             if fitting:
                 return chose(max(fitting, key=lambda e: self._score(seed, e)), "hash")
-        least = loads.least()
+        least = loads.least((lambda e: self._score(seed, e)) if seed is not None else (lambda e: self.rng.random()))
         return chose(least, "least_loaded", matches.get(least, 0))
 
     def record(self, choice: Choice[E]) -> None:

@@ -98,6 +98,21 @@ def test_bounded_load_holds_under_a_skewed_prefix_distribution():
     assert holder[1] == max(loads)  # the hot prefix's endpoint is filled to the bound
 
 
+def test_when_the_holder_is_over_its_bound_ties_do_not_favour_the_first_endpoint():
+    """Different hot prompts each fill their holder; the overflow of each goes to
+    the least loaded, and among equally loaded endpoints not always the one
+    listed first."""
+    overflow: Counter[str] = Counter()
+    for conversation in range(40):
+        pool = make_pool(4)
+        hot = turns(conversation, 1, {"role": "system", "content": f"hot prompt {conversation}"})[0]
+        holder = pool.acquire(key=hot)  # the others are idle: the next one is over the bound
+        spill = pool.acquire(key=hot)
+        assert spill.endpoint is not holder.endpoint
+        overflow[spill.endpoint.url] += 1
+    assert len(overflow) >= 3
+
+
 def test_the_bound_follows_the_weights_and_the_other_replicas_load():
     pool = make_pool(2, weights=(1.0, 3.0))
     hot = turns(0, 1)[0]
