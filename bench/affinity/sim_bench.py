@@ -36,12 +36,13 @@ def run_arm(args: argparse.Namespace, arm: str, conversations: list[trace.Conver
             work: Path) -> rounds.Run:  # fmt: skip
     """Fresh replicas (empty caches) and a gateway balancing them by `arm`; one play of the trace."""
     replicas = stack.sim_replicas(args.replicas, work, ["--time-scale", str(args.time_scale), *args.sim_args])
-    stack.start(replicas, 60.0)
+    stack.start(replicas, 180.0)  # minutes when the machine is busy
     try:
-        gateway = stack.start_gateway(replicas, arm, args.affinity, work)
+        urls = [stack.url_of(r) for r in replicas]
+        gateway = stack.start_gateway(urls, arm, args.affinity, work)
         try:
             player = Player(stack.url_of(gateway), SERVED_MODEL, args.max_tokens, {}, args.session_header)
-            return asyncio.run(play(player, conversations, [stack.url_of(r) for r in replicas], label))
+            return asyncio.run(play(player, conversations, urls, label))
         finally:
             stop_all([gateway], stack.say)
     finally:

@@ -75,12 +75,12 @@ def start(services: list[Service], timeout_s: float) -> None:
         raise
 
 
-def start_gateway(replicas: list[Service], balance: str, affinity: dict[str, Any] | None, work: Path) -> Service:
-    """`specgate serve` over the replicas, their pool balanced by `balance`, started and ready."""
+def start_gateway(urls: list[str], balance: str, affinity: dict[str, Any] | None, work: Path) -> Service:
+    """`specgate serve` over the replicas at `urls`, their pool balanced by `balance`, started and ready."""
     path = work / f"policy-{balance}.yaml"
-    path.write_text(yaml.safe_dump(pool_policy([url_of(r) for r in replicas], balance, affinity)))
+    path.write_text(yaml.safe_dump(pool_policy(urls, balance, affinity)))
     gateway = gateway_service(path, free_port(), work / f"gateway-{balance}")
-    start([gateway], 60.0)
+    start([gateway], 180.0)
     return gateway
 
 

@@ -9,6 +9,12 @@ pair on the same trace: a few dozen conversations of 3-4 turns, a few at once.
 
     python bench/affinity/vllm_bench.py --rounds 2 --concurrency 4
 
+To keep the replicas up across several benchmark runs, start them alone and
+pass their URLs (they must run with VLLM_SERVER_DEV_MODE=1, as these do):
+
+    python bench/affinity/vllm_bench.py --serve-only      # prints the URLs; Ctrl-C stops them
+    python bench/affinity/vllm_bench.py --backends URL,URL
+
 Writes bench/out/affinity/vllm.json and vllm-ttft-by-turn.png. The machine's
 load average before and after each run is in the results.
 """
@@ -19,11 +25,11 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -33,7 +39,7 @@ import httpx  # noqa: E402 - after the root is on sys.path, as below
 from backends.model import prepare  # noqa: E402 - importable once the root is on sys.path
 from bench.affinity import rounds, stack, trace  # noqa: E402 - as above
 from bench.affinity.drive import Player, play  # noqa: E402 - as above
-from specgate.up import SERVED_MODEL, Service, stop_all  # noqa: E402 - as above
+from specgate.up import SERVED_MODEL, stop_all  # noqa: E402 - as above
 
 OUT = ROOT / "bench" / "out" / "affinity"
 START_TIMEOUT_S = 900.0  # 2-4 minutes a server when the CPU is free; two load at once
@@ -60,11 +66,10 @@ def warm_up(urls: list[str]) -> None:
         httpx.post(url + "/v1/chat/completions", json=body, timeout=600, trust_env=False).raise_for_status()
 
 
-def run_arm(args: argparse.Namespace, arm: str, replicas: list[Service], conversations: list[trace.Conversation],
+def run_arm(args: argparse.Namespace, arm: str, urls: list[str], conversations: list[trace.Conversation],
             label: str, work: Path) -> rounds.Run:  # fmt: skip
-    urls = [stack.url_of(r) for r in replicas]
     reset_caches(urls)
-    gateway = stack.start_gateway(replicas, arm, args.affinity, work)
+    gateway = stack.start_gateway(urls, arm, args.affinity, work)
     try:
         player = Player(stack.url_of(gateway), SERVED_MODEL, args.max_tokens, {}, args.session_header)
         return asyncio.run(play(player, conversations, urls, label, args.concurrency))
@@ -82,6 +87,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--affinity", type=json.loads, default=None, help="the prefix arm's `affinity:` as JSON")
     parser.add_argument("--session-header", help="send each conversation's id in this header")
     parser.add_argument("--seed", type=int, default=5)
+    parser.add_argument("--serve-only", action="store_true", help="start the two replicas and keep them up")
+    parser.add_argument("--backends", help="comma-separated URLs of replicas already running; none started")
     parser.add_argument("--out", type=Path, default=OUT)
     return parser.parse_args()
 
@@ -92,14 +99,17 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="specgate-affinity-vllm-"))
     print(f"logs and policies: {work}", flush=True)
     shape = dataclasses.replace(trace.VLLM_SHAPE, conversations=args.conversations)
-    replicas = stack.vllm_replicas(2, prepare(), work)
-    runs: dict[str, list[rounds.Run]] = {}
-    results: list[dict[str, Any]] = []
+    replicas = [] if args.backends else stack.vllm_replicas(2, prepare(), work)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the replicas on the way out
     try:
         stack.start(replicas, START_TIMEOUT_S)
-        warm_up([stack.url_of(r) for r in replicas])
+        urls = args.backends.split(",") if args.backends else [stack.url_of(r) for r in replicas]
+        warm_up(urls)
+        if args.serve_only:
+            print("replicas up: --backends " + ",".join(urls), flush=True)
+            signal.pause()
         runs, results = rounds.interleaved(args.arms.split(","), args.rounds, shape, args.seed,
-                                           lambda arm, convs, label: run_arm(args, arm, replicas, convs, label, work))
+                                           lambda arm, convs, label: run_arm(args, arm, urls, convs, label, work))
     finally:
         stop_all(replicas, stack.say)
     setup = {"rounds": args.rounds, "seed": args.seed, "shape": shape.__dict__, "max_tokens": args.max_tokens,
