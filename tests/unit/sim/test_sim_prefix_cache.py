@@ -114,3 +114,17 @@ def test_without_the_cache_every_prompt_is_prefilled(serve, prefills: list[int])
     first, second = two_turns(url)
     assert counters(url) == (0.0, 0.0)
     assert [p for p in prefills if p] == [first, second]
+
+
+def test_the_command_line_sizes_or_turns_off_the_cache() -> None:
+    import argparse
+
+    from backends.sim.command import add_arguments, params_from
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--kind", "standard", "--port", "1", "--prefix-cache-tokens", "1600"])
+    assert args.prefix_cache and params_from(args).prefix_cache_tokens == 1600
+    assert not parser.parse_args(["--kind", "standard", "--port", "1", "--no-prefix-cache"]).prefix_cache
+    with pytest.raises(SystemExit):
+        params_from(parser.parse_args(["--kind", "standard", "--port", "1", "--prefix-cache-tokens", "0"]))
