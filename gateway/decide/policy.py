@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from domains.classifier import DomainClassifier, DomainRule
+from gateway.decide.balance_spec import Balanced
 from gateway.decide.capture_spec import CaptureSpec
 from gateway.decide.conditions import ConditionError, Predicate, compile_condition
 from gateway.decide.features import Defaults
@@ -82,7 +83,7 @@ class QueueSpec(Strict):
     max_wait_s: float | None = Field(default=None, gt=0)
 
 
-class PoolSpec(Strict):
+class PoolSpec(Balanced):  # Strict, with `balance` and `affinity` (balance_spec.py)
     kind: Literal["speculative", "standard"]
     endpoints: list[EndpointSpec] = Field(min_length=1)
     model: str | None = None  # upstream model name the client's model is rewritten to
@@ -107,9 +108,7 @@ class PoolSpec(Strict):
         return value
 
     def upstream_api_key(self) -> str | None:
-        if self.api_key is None:
-            return None
-        return os.environ.get(self.api_key.removeprefix("os.environ/"))
+        return None if self.api_key is None else os.environ.get(self.api_key.removeprefix("os.environ/"))
 
 
 class DomainSpec(Strict):

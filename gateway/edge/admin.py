@@ -14,6 +14,7 @@ from starlette.routing import Route
 from gateway.control.reload import PolicyReloader
 from gateway.decide.features import parse_json_body
 from gateway.decide.policy import PolicyError
+from gateway.decide.prompt_key import PromptKey
 from gateway.edge.endpoints import ProxyEndpoints, read_body
 from gateway.errors import Forbidden, InvalidRequest, NotFound
 from gateway.flags import FlagStore, Mode
@@ -65,7 +66,11 @@ class AdminAPI:
         if endpoint == "chat" and "messages" not in body and "prompt" in body:
             endpoint = "completions"
         routed = self.proxy.route(body, endpoint, request.headers)
-        return _json(routed.to_json(self.flags.snapshot()))
+        answer = routed.to_json(self.flags.snapshot())
+        pool = self.proxy.runtime.pools.get(routed.decision.pool)
+        if pool is not None:  # the endpoint it would take there now, and why
+            answer["endpoint"] = pool.explain(PromptKey(body, endpoint, request.headers))
+        return _json(answer)
 
     async def get_flags(self, request: Request) -> Response:
         flags = {name: flag.to_json() for name, flag in self.flags.snapshot().items()}

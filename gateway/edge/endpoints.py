@@ -19,6 +19,7 @@ from starlette.types import ASGIApp
 from gateway.capture.stage import Capture
 from gateway.decide.features import Features, Limits, check_limits, parse_json_body
 from gateway.decide.latency import LatencyModel
+from gateway.decide.prompt_key import PromptKey
 from gateway.decide.routing import Decision, Overrides, Routed, route
 from gateway.decide.traffic import ClassLatency, traffic_class
 from gateway.edge.auth import ClientKeys, Grant
@@ -112,7 +113,8 @@ class ProxyEndpoints:
         chain, degraded = self._chain(decision.pool, grant, decision.chain)
         outgoing = Outgoing("POST", path, raw, self._forwarded(request), body=body, stream=features.stream,
                             drop_client_key=self.keys.enabled,
-                            hide_usage=usage_hidden(body, features.stream, features.n))
+                            hide_usage=usage_hidden(body, features.stream, features.n),
+                            key=PromptKey(body, endpoint, request.headers))
         return self._relay(Exchange(chain, outgoing, request.state.request_id, decision.rule, started,
                                     self.forwarder, self.recorder, degraded=degraded,
                                     traffic=traffic, measured=True, load=features.load))

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import structlog
 
+from gateway.decide.prompt_key import PromptKey
 from gateway.decide.traffic import ClassLatency
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
@@ -56,6 +57,7 @@ class Outgoing:
     stream: bool = False
     drop_client_key: bool = False  # the gateway checks keys: the client's own is never sent on
     hide_usage: bool = False  # ask the pool for a usage chunk the client does not get (see usage_hidden)
+    key: PromptKey | None = None  # the prompt's block hashes and session, for the pools' balancers
 
     def to(self, pool: Pool, started: float) -> Outbound:
         content = self.content
@@ -76,7 +78,8 @@ class Outgoing:
         # total_s counts from the request's arrival and covers the whole answer
         deadline = asyncio.get_running_loop().time() + timeouts.total_s - (time.perf_counter() - started)
         header_timeout = timeouts.first_byte_s if self.stream else timeouts.total_s
-        return Outbound(self.path, self._headers_for(pool), content, header_timeout, deadline, self.method)
+        return Outbound(self.path, self._headers_for(pool), content, header_timeout, deadline, self.method,
+                        self.key)
 
     def _headers_for(self, pool: Pool) -> list[tuple[str, str]]:
         """The client's key is never sent on when the gateway checks keys or the

@@ -1,8 +1,9 @@
 """Backend pools at run time: endpoints, their health, and picking one.
 
-Picking is least-outstanding-requests with two random choices drawn by
-weight; with shared state an endpoint's outstanding count adds the other
-replicas' as last published (`Pool.elsewhere`). An endpoint leaves rotation
+Picking is the pool's balancer (balance.py): prefix and session affinity
+with bounded load, or least-outstanding-requests with two random choices
+drawn by weight; with shared state an endpoint's outstanding count adds the
+other replicas' as last published (`Pool.elsewhere`). An endpoint leaves rotation
 when its active health check fails or after `eject_after` consecutive
 request failures (passive ejection, with exponential back-off). When an ejection's back-off ends the endpoint is
 half-open: exactly one request may try it; success restores it, failure
@@ -29,8 +30,11 @@ from types import MappingProxyType
 
 import httpx
 
+from gateway.decide.balance_spec import balance_of
 from gateway.decide.policy import PoolSpec
+from gateway.decide.prompt_key import PromptKey
 from gateway.errors import AtCapacity, NoHealthyBackend
+from gateway.upstream.balance import Balancer, Choice, LeastOutstanding, PrefixAffinity
 from gateway.upstream.queue import WaitQueue
 
 UNLIMITED = 1 << 30  # the room of an endpoint without an in-flight limit
@@ -113,6 +117,9 @@ class Pool:
         self.elsewhere: Callable[[], Mapping[str, int]] = _nowhere  # url -> other replicas' in flight
         self.on_health_change: Callable[[Endpoint], None] = lambda endpoint: None
         self.queue = WaitQueue(name, *queue_limits(spec), free=self.free)
+        self.balancer: Balancer[Endpoint] = (PrefixAffinity(spec.affinity, self.rng)
+                                   if balance_of(spec.balance, len(spec.endpoints)) == "prefix"
+                                   else LeastOutstanding(self.rng))
 
     @property
     def kind(self) -> str:
@@ -127,15 +134,19 @@ class Pool:
         now = self.clock()
         return sum(e.room(now) for e in self.endpoints)
 
-    def acquire(self, exclude: Iterable[Endpoint] = (), degraded: bool = False, admitted: bool = False) -> Lease:
+    def acquire(self, exclude: Iterable[Endpoint] = (), degraded: bool = False, admitted: bool = False,
+                key: PromptKey | None = None) -> Lease:
         """Lease an endpoint; `degraded` allows the least-bad one when none is
         available and none is merely full. `admitted`: the request may pass
-        the pool's waiters (it holds a wake-up, or is retrying its own attempt)."""
+        the pool's waiters (it holds a wake-up, or is retrying its own attempt).
+        `key`: the request's prompt and session, for the balancer."""
         skip = set(exclude)
         now = self.clock()
         candidates = [e for e in self.endpoints if e not in skip and e.available(now)]
+        choice: Choice[Endpoint] | None = None
         if candidates and (admitted or not self._queued_ahead()):
-            endpoint = self._two_choices(candidates)
+            choice = self.balancer.pick(candidates, key, self.elsewhere)
+            endpoint = choice.endpoint
         elif any(e.usable(now) for e in self.endpoints if e not in skip):
             raise AtCapacity(f"pool '{self.name}' is at its in-flight limit")
         elif degraded:
@@ -147,7 +158,18 @@ class Pool:
             endpoint.trial_in_flight = True
         endpoint.outstanding += 1
         self.in_flight += 1
+        if choice is not None:
+            self.balancer.record(choice)
         return Lease(self, endpoint, trial)
+
+    def explain(self, key: PromptKey | None) -> dict[str, object]:
+        """The endpoint `acquire` would pick now for `key` and why, leasing nothing."""
+        now = self.clock()
+        candidates = [e for e in self.endpoints if e.available(now)]
+        balance = "prefix" if isinstance(self.balancer, PrefixAffinity) else "least_outstanding"
+        if not candidates:
+            return {"balance": balance, "endpoint": None, "reason": "no endpoint available"}
+        return {"balance": balance, **self.balancer.pick(candidates, key, self.elsewhere).to_json()}
 
     def _queued_ahead(self) -> bool:
         """Whether waiters (or wake-ups on their way) have every free slot."""
@@ -204,16 +226,6 @@ class Pool:
             if not was_ejected:
                 self.on_health_change(endpoint)
                 self._capacity_lost()
-
-    def _two_choices(self, candidates: list[Endpoint]) -> Endpoint:
-        if len(candidates) == 1:
-            return candidates[0]
-        weights = [e.weight for e in candidates]
-        a, b = self.rng.choices(candidates, weights=weights, k=2)
-        elsewhere = self.elsewhere()
-        load_a = a.outstanding + elsewhere.get(a.url, 0) + 1
-        load_b = b.outstanding + elsewhere.get(b.url, 0) + 1
-        return a if load_a / a.weight <= load_b / b.weight else b
 
     def _least_bad(self, endpoints: list[Endpoint]) -> Endpoint:
         if not endpoints:

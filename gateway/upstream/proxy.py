@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from gateway.decide.prompt_key import PromptKey
 from gateway.errors import AtCapacity, InvalidRequest, NoHealthyBackend, UpstreamUnreachable
 from gateway.upstream.failures import HEADER_TIMEOUTS, BeforeHeaders, upstream_error
 from gateway.upstream.pools import Endpoint, Lease, Pool
@@ -109,10 +110,11 @@ class Claim:
         self.pool: Pool | None = None
         self.fallback: str | None = None
 
-    def take(self, pool: Pool, exclude: Iterable[Endpoint], degraded: bool, admitted: bool = False) -> Lease:
+    def take(self, pool: Pool, exclude: Iterable[Endpoint], degraded: bool, admitted: bool = False,
+             key: PromptKey | None = None) -> Lease:
         if self.lease is not None:
             raise RuntimeError("a claim holds one lease at a time: give it back first")
-        lease = self.lease = pool.acquire(exclude=exclude, degraded=degraded, admitted=admitted)
+        lease = self.lease = pool.acquire(exclude=exclude, degraded=degraded, admitted=admitted, key=key)
         self.on_lease(pool, 1)
         return lease
 
@@ -148,6 +150,7 @@ class Outbound:
     header_timeout_s: float
     deadline: float | None = None  # event-loop time; bounds the whole exchange, body included
     method: str = "POST"
+    key: PromptKey | None = None  # the prompt and session the pool's balancer reads
 
 
 @dataclass
@@ -269,7 +272,8 @@ class Forwarder:
         started = time.perf_counter()
         while True:
             try:
-                lease = claim.take(pool, exclude=tried, degraded=degraded, admitted=ticket is not None or bool(tried))
+                lease = claim.take(pool, exclude=tried, degraded=degraded, admitted=ticket is not None or bool(tried),
+                                   key=outbound.key)
             finally:
                 if ticket is not None:
                     ticket.redeem()

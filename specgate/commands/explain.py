@@ -3,6 +3,9 @@
 A `route: fastest` decision shows each candidate's predicted TTFT, TPOT and
 E2E with its uncertainty and samples; here the latency model has measured
 nothing, so those are its priors (a running gateway's are at POST /admin/explain).
+`endpoint` is the endpoint of the chosen pool it would take, and why; here no
+prefix or session has been seen, so a pool that balances by prefix shows the
+rendezvous choice every gateway makes for a prompt it has not seen.
 
 Example: specgate explain --policy policies/default.yaml request.json --load speculative=9
 """
@@ -29,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="requests in flight on a pool (repeatable)")
     parser.add_argument("--endpoint", choices=["chat", "completions"],
                         help="API the body is for (default: chat when it has messages)")
+    parser.add_argument("--session", metavar="KEY",
+                        help="the session key the request carries (the pool's session header)")
     parser.add_argument("--seed", type=int,
                         help="draw the Thompson samples with this seed (default: choose by the predicted mean)")
 
@@ -38,10 +43,12 @@ def run(args: argparse.Namespace) -> int:
 
     from gateway.decide.features import parse_json_body
     from gateway.decide.policy import PolicyError, load_policy
+    from gateway.decide.prompt_key import PromptKey
     from gateway.decide.routing import route
     from gateway.errors import GatewayError
     from gateway.flags import FlagStore
     from gateway.settings import default_policy_path
+    from gateway.upstream.pools import Pool
 
     try:
         policy = load_policy(args.policy or default_policy_path())
@@ -63,5 +70,10 @@ def run(args: argparse.Namespace) -> int:
     except GatewayError as exc:
         print(f"{args.request}: {exc.message}", file=sys.stderr)
         return 1
-    print(json.dumps(routed.to_json(flags), indent=2))
+    answer = routed.to_json(flags)
+    pool = routed.decision.pool
+    spec = policy.pools[pool]
+    headers = {} if args.session is None else {spec.affinity.session_header.lower(): args.session}
+    answer["endpoint"] = Pool(pool, spec).explain(PromptKey(body, endpoint, headers))
+    print(json.dumps(answer, indent=2))
     return 0

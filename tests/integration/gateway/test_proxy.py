@@ -137,9 +137,9 @@ def test_retry_on_another_endpoint_before_the_first_byte(start_gateway, std_fake
     with FakeVllm(model="upstream-spec") as first, FakeVllm(model="upstream-spec") as second:
         gw = start_gateway(policy_dict([first.url, second.url], [std_fake.url]))
         first.fail_next(100, status=503)
-        for _ in range(20):
+        for i in range(20):  # prompts of their own: the pool's balancer sends some to each endpoint
             response = httpx.post(gw.base_url + "/chat/completions",
-                                  json={"model": "m", "messages": MESSAGES, **GREEDY})
+                                  json={"model": "m", "messages": [{"role": "user", "content": f"q{i}"}], **GREEDY})
             assert response.status_code == 200, response.text
             assert response.headers["x-specgate-pool"] == "speculative"
         metrics = httpx.get(gw.url + "/metrics").text
