@@ -42,8 +42,9 @@ def write(out: Path, name: str, setup: dict[str, Any], runs: Runs,
           results: list[dict[str, Any]], title: str) -> None:  # fmt: skip
     """`name`.json (the setup, every run, each arm pooled), `name`-ttft-by-turn.png, and the table."""
     pooled = [summary.pooled(arm, arm_runs) for arm, arm_runs in runs.items() if arm_runs]
-    report = {**setup, "cpus": os.cpu_count(), "runs": results, "pooled": pooled}
-    (out / f"{name}.json").write_text(json.dumps(report, indent=2))
     turns = {arm: [t for run in arm_runs for t in run[0]] for arm, arm_runs in runs.items()}
+    samples = {arm: [[t.conversation, t.turn, t.ttft_s, t.error] for t in got] for arm, got in turns.items()}
+    report = {**setup, "cpus": os.cpu_count(), "runs": results, "pooled": pooled, "turns": samples}
+    (out / f"{name}.json").write_text(json.dumps(report, indent=2))
     summary.plot(turns, out / f"{name}-ttft-by-turn.png", title)
     print("\n".join([summary.HEADER, *map(summary.row, pooled)]))

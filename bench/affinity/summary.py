@@ -10,6 +10,7 @@ mean says how even the pool was kept.
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ def summarise(arm: str, turns: Sequence[Turn], deltas: Sequence[dict[str, float]
     in_flight = [d["vllm:e2e_request_latency_seconds_sum"] / wall for d in deltas]
     return {
         "arm": arm, "turns": len(turns), "errors": sum(not t.ok for t in turns), "wall_s": round(wall, 1),
+        "error_kinds": dict(Counter(t.error.split(":")[0] for t in turns if not t.ok)),
         "ttft_turn1_ms": ttft_ms(turns, later=False), "ttft_later_ms": ttft_ms(turns, later=True),
         "hit_rate": round(hits / queries, 3) if queries else None,
         "replica_requests": [int(r) for r in requests], "replica_in_flight": [round(f, 2) for f in in_flight],
@@ -74,6 +76,7 @@ def plot(by_arm: dict[str, list[Turn]], path: Path, title: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     figure, axes = plt.subplots(figsize=(6, 3.6))
     for arm, turns in by_arm.items():
@@ -84,6 +87,7 @@ def plot(by_arm: dict[str, list[Turn]], path: Path, title: str) -> None:
             if len(values) >= 5:
                 points.append((number, statistics.median(values)))
         axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=arm)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("turn of the conversation")
     axes.set_ylabel("TTFT p50 (ms)")
     axes.set_title(title)
