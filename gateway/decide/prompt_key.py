@@ -6,9 +6,12 @@ it (a chain): chat messages turn by turn, each message's role and content
 in blocks of `block_chars` characters, so the hashes of a conversation's
 next turn begin with the hashes of its previous one. A completion prompt is
 hashed as blocks of its text (token ids: blocks of `block_chars / 4` ids).
-The hash is BLAKE2b, 64 bits: the same text hashes the same in every
-process, so gateways and workers that share no state still agree on where a
-prefix with no history goes.
+
+The chain uses Python's own hash (64 bits, a few hundred nanoseconds a
+block): it differs between processes, and so does each process's prefix map.
+What gateways must agree on without sharing state, where a prompt never seen
+goes, is hashed with BLAKE2b instead: the prompt's first block (the
+`anchor`) and the session key.
 
 Nothing is hashed until a pool that balances by prefix asks, and then once
 per block size.
@@ -17,13 +20,17 @@ per block size.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 TOKEN_CHARS = 4  # characters a token id stands for when token prompts are cut into blocks
-_END = b"\x1e"  # after each message: "ab" + "c" never hashes as "a" + "bc"
-_ROLE = b"\x1f"
+
+
+@dataclass(frozen=True, slots=True)
+class Blocks:
+    hashes: tuple[int, ...]  # one per block, each over the whole prompt up to the block's end
+    anchor: int | None  # the first block, hashed the same in every process; None for an empty prompt
 
 
 @dataclass(slots=True, eq=False)
@@ -33,13 +40,17 @@ class PromptKey:
     body: Mapping[str, Any]
     endpoint: str  # "chat" or "completions"
     headers: Mapping[str, str] = field(default_factory=dict)
-    _blocks: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    _blocks: dict[int, Blocks] = field(default_factory=dict, repr=False)
 
-    def blocks(self, block_chars: int) -> tuple[int, ...]:
-        """The chained hashes of the prompt's leading blocks, computed once per block size."""
+    def blocks(self, block_chars: int) -> Blocks:
+        """The prompt's leading blocks, hashed once per block size."""
         found = self._blocks.get(block_chars)
         if found is None:
-            found = self._blocks[block_chars] = chain(self._pieces(block_chars))
+            if self.endpoint == "chat":
+                found = chat_blocks(self.body.get("messages"), block_chars)
+            else:
+                found = completion_blocks(self.body.get("prompt"), block_chars)
+            self._blocks[block_chars] = found
         return found
 
     def session(self, header: str) -> int | None:
@@ -50,52 +61,54 @@ class PromptKey:
             value = user if isinstance(user, str) and user else None
         return None if value is None else digest(value.encode())
 
-    def _pieces(self, block_chars: int) -> Iterator[tuple[bytes, bool]]:
-        if self.endpoint == "chat":
-            return chat_pieces(self.body.get("messages"), block_chars)
-        return completion_pieces(self.body.get("prompt"), block_chars)
-
 
 def digest(data: bytes) -> int:
+    """64 bits of BLAKE2b: the same in every process."""
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
-def chain(pieces: Iterator[tuple[bytes, bool]]) -> tuple[int, ...]:
-    """One hash per block, each over every byte before its block's end. A
-    piece is (bytes, ends_block): pieces that do not end a block only feed
-    the hash (a role, a separator)."""
-    running = hashlib.blake2b(digest_size=8)
+def chat_blocks(messages: Any, block_chars: int) -> Blocks:
+    """Each message's role, then its content cut in blocks (an empty content is
+    one empty block). The role marks a message's first block, so a message
+    boundary never hashes like a block boundary inside one message."""
+    running, first = 0, None
     hashes: list[int] = []
-    for data, ends_block in pieces:
-        running.update(data)
-        if ends_block:
-            hashes.append(int.from_bytes(running.copy().digest(), "little"))
-    return tuple(hashes)
-
-
-def chat_pieces(messages: Any, block_chars: int) -> Iterator[tuple[bytes, bool]]:
-    """Each message: its role, then its content cut in blocks; an empty content is one empty block."""
-    if not isinstance(messages, list):
-        return
-    for message in messages:
+    append = hashes.append
+    for message in messages if isinstance(messages, list) else ():
         if not isinstance(message, dict):
             continue
         role = message.get("role")
-        yield (role.encode() if isinstance(role, str) else b"") + _ROLE, False
-        yield from _text_blocks(_content(message.get("content")), block_chars)
-        yield _END, False
+        role = role if isinstance(role, str) else ""
+        text = _content(message.get("content"))
+        if first is None:
+            first = f"{role}\x1f{text[:block_chars]}"
+        running = hash((running, role, text[:block_chars]))
+        append(running)
+        for start in range(block_chars, len(text), block_chars):  # a long message's further blocks
+            running = hash((running, None, text[start:start + block_chars]))
+            append(running)
+    return Blocks(tuple(hashes), None if first is None else digest(first.encode()))
 
 
-def completion_pieces(prompt: Any, block_chars: int) -> Iterator[tuple[bytes, bool]]:
+def completion_blocks(prompt: Any, block_chars: int) -> Blocks:
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        prompt = "\n".join(prompt)
     if isinstance(prompt, str):
-        yield from _text_blocks(prompt, block_chars)
-    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-        yield from _text_blocks("\n".join(prompt), block_chars)
+        pieces: list[Any] = [prompt[start:start + block_chars] for start in range(0, len(prompt), block_chars)]
+        first = pieces[0].encode() if pieces else None
     elif isinstance(prompt, list) and prompt:
         ids = prompt if isinstance(prompt[0], int) else [t for row in prompt if isinstance(row, list) for t in row]
         step = max(1, block_chars // TOKEN_CHARS)
-        for start in range(0, len(ids), step):
-            yield ",".join(map(str, ids[start:start + step])).encode() + b",", True
+        pieces = [tuple(ids[start:start + step]) for start in range(0, len(ids), step)]
+        first = ",".join(map(str, pieces[0])).encode() if pieces else None
+    else:
+        return Blocks((), None)
+    running = 0
+    hashes: list[int] = []
+    for piece in pieces:
+        running = hash((running, piece))
+        hashes.append(running)
+    return Blocks(tuple(hashes), None if first is None else digest(first))
 
 
 def _content(content: Any) -> str:
@@ -105,11 +118,3 @@ def _content(content: Any) -> str:
         return "\n".join(part["text"] for part in content
                          if isinstance(part, dict) and isinstance(part.get("text"), str))
     return ""
-
-
-def _text_blocks(text: str, block_chars: int) -> Iterator[tuple[bytes, bool]]:
-    if not text:
-        yield b"", True
-        return
-    for start in range(0, len(text), block_chars):
-        yield text[start:start + block_chars].encode(), True

@@ -13,8 +13,8 @@ replicas' as last published. In order:
 2. the endpoint that served the longest leading run of the prompt's blocks,
    then the next longest, while within the bound;
 3. no block matched: weighted rendezvous hashing of the session key, else of
-   the first block, over the endpoints within the bound (every gateway
-   agrees, so a new conversation's second turn finds its first);
+   the first block, over the endpoints within the bound (every gateway and
+   worker computes the same choice, sharing nothing);
 4. else the least loaded by weight.
 
 The chosen endpoint is then recorded for every block and the session. An
@@ -113,7 +113,8 @@ class PrefixAffinity(Generic[E]):
         if key is None:
             return self.keyless.pick(candidates, key, elsewhere)
         spec = self.spec
-        blocks = key.blocks(spec.block_chars)
+        prompt = key.blocks(spec.block_chars)
+        blocks = prompt.hashes
         session = key.session(spec.session_header)
         loads: Loads[E] = Loads(candidates, elsewhere(), spec.load_factor)
 
@@ -129,7 +130,7 @@ class PrefixAffinity(Generic[E]):
         for endpoint, matched in sorted(matches.items(), key=lambda item: -item[1]):
             if loads.fits(endpoint):
                 return chose(endpoint, "prefix", matched)
-        seed = session if session is not None else (blocks[0] if blocks else None)
+        seed = session if session is not None else prompt.anchor
         if not matches and seed is not None:
             fitting = [e for e in candidates if loads.fits(e)]
             if fitting:

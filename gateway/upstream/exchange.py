@@ -223,7 +223,9 @@ class Exchange:
         if opened is not None:
             if outcome.error is not None:
                 self.recorder.error(pool, "stream_cut")
-            fields.update(endpoint=opened.lease.endpoint.url, ttfb=round(opened.ttfb_s, 6))
+            lease = opened.lease
+            fields.update(endpoint=lease.endpoint.url, endpoint_why=lease.why, matched_blocks=lease.matched,
+                          ttfb=round(opened.ttfb_s, 6))
             measurement = self._measurement(pool, duration) if outcome.ok and opened.response.is_success else None
             if measurement is not None:
                 fields["tokens"] = measurement.tokens

@@ -96,6 +96,8 @@ class Lease:
     endpoint: Endpoint
     trial: bool
     released: bool = field(default=False)
+    why: str = "least_bad"  # the balancer's reason for the endpoint (see Choice), or the degraded pick
+    matched: int = 0  # leading prompt blocks the endpoint was last sent
 
     def release(self, ok: bool | None) -> None:
         if self.released:
@@ -117,9 +119,9 @@ class Pool:
         self.elsewhere: Callable[[], Mapping[str, int]] = _nowhere  # url -> other replicas' in flight
         self.on_health_change: Callable[[Endpoint], None] = lambda endpoint: None
         self.queue = WaitQueue(name, *queue_limits(spec), free=self.free)
-        self.balancer: Balancer[Endpoint] = (PrefixAffinity(spec.affinity, self.rng)
-                                   if balance_of(spec.balance, len(spec.endpoints)) == "prefix"
-                                   else LeastOutstanding(self.rng))
+        by_prefix = balance_of(spec.balance, len(spec.endpoints)) == "prefix"
+        self.balancer: Balancer[Endpoint] = (
+            PrefixAffinity(spec.affinity, self.rng) if by_prefix else LeastOutstanding(self.rng))
 
     @property
     def kind(self) -> str:
@@ -158,9 +160,10 @@ class Pool:
             endpoint.trial_in_flight = True
         endpoint.outstanding += 1
         self.in_flight += 1
-        if choice is not None:
-            self.balancer.record(choice)
-        return Lease(self, endpoint, trial)
+        if choice is None:
+            return Lease(self, endpoint, trial)
+        self.balancer.record(choice)
+        return Lease(self, endpoint, trial, why=choice.reason, matched=choice.matched)
 
     def explain(self, key: PromptKey | None) -> dict[str, object]:
         """The endpoint `acquire` would pick now for `key` and why, leasing nothing."""

@@ -87,3 +87,12 @@ def test_a_failing_endpoint_hands_its_conversations_to_the_other(gateway, replic
     other = replicas[1 - home]
     assert len(other.completion_requests()) == 4
     assert len(replicas[home].completion_requests()) <= 1 + 2  # the first turn, then at most its failures
+
+
+def test_the_request_log_line_says_why_that_endpoint(gateway, capsys):
+    with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as client:
+        converse(client, "logged conversation", turns=2)
+    lines = [line for line in capsys.readouterr().out.splitlines() if " request " in line]
+    assert len(lines) == 2
+    assert "endpoint_why=hash" in lines[0] and "matched_blocks=0" in lines[0]
+    assert "endpoint_why=prefix" in lines[1] and "matched_blocks=2" in lines[1]

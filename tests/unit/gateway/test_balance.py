@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from gateway.decide.policy import PoolSpec
+from gateway.decide.policy import PolicyError, PoolSpec, load_policy
 from gateway.decide.prompt_key import PromptKey
 from gateway.upstream.balance import LeastOutstanding, PrefixAffinity
 from gateway.upstream.pools import Lease, Pool
@@ -67,12 +67,16 @@ def test_every_turn_lands_where_the_conversation_began():
 def test_a_second_turn_matches_the_first_turns_blocks():
     pool = make_pool(4)
     first, second = turns(1, 2)
-    served(pool, first)
+    lease = pool.acquire(key=first)
+    assert (lease.why, lease.matched) == ("hash", 0)  # what the request's log line says
+    lease.release(True)
     answer = pool.explain(second)
     assert answer["reason"] == "prefix"
-    assert answer["matched_blocks"] == len(first.blocks(256))
-    assert answer["prompt_blocks"] == len(second.blocks(256)) > answer["matched_blocks"]
+    assert answer["matched_blocks"] == len(first.blocks(256).hashes)
+    assert answer["prompt_blocks"] == len(second.blocks(256).hashes) > answer["matched_blocks"]
     assert answer["balance"] == "prefix" and answer["session"] is None
+    lease = pool.acquire(key=second)
+    assert (lease.why, lease.matched) == ("prefix", answer["matched_blocks"])
 
 
 def test_bounded_load_holds_under_a_skewed_prefix_distribution():
@@ -185,3 +189,11 @@ def test_requests_without_a_prompt_keep_two_choices():
 def test_affinity_settings_are_checked(affinity):
     with pytest.raises(ValueError):
         PoolSpec(kind="standard", endpoints=[{"url": "http://a"}], affinity=affinity)
+
+
+def test_an_unknown_balance_is_a_policy_error_naming_its_line(tmp_path):
+    path = tmp_path / "policy.yaml"
+    path.write_text("version: 1\npools:\n  standard:\n    kind: standard\n    endpoints: [{url: 'http://a'}]\n"
+                    "    balance: round_robin\nrules: [{name: all, route: standard}]\n")
+    with pytest.raises(PolicyError, match=r"policy.yaml:6: .*balance"):
+        load_policy(path)

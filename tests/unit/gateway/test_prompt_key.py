@@ -21,7 +21,7 @@ def test_a_conversations_next_turn_begins_with_its_previous_turns_blocks():
     turn2 = chat(SYSTEM, {"role": "user", "content": "What is a KV cache?"},
                  {"role": "assistant", "content": "The keys and values of past tokens."},
                  {"role": "user", "content": "And prefix caching?"})
-    first, second = turn1.blocks(256), turn2.blocks(256)
+    first, second = turn1.blocks(256).hashes, turn2.blocks(256).hashes
     assert len(first) == 3 + 1  # the system prompt in three blocks, the question in one
     assert second[:len(first)] == first
     assert len(second) == len(first) + 2
@@ -29,36 +29,37 @@ def test_a_conversations_next_turn_begins_with_its_previous_turns_blocks():
 
 def test_long_content_is_cut_in_blocks_and_any_change_changes_every_later_hash():
     text = "x" * 1000
-    blocks = chat({"role": "user", "content": text}).blocks(256)
+    blocks = chat({"role": "user", "content": text}).blocks(256).hashes
     assert len(blocks) == 4
-    changed = chat({"role": "user", "content": text[:300] + "y" + text[301:]}).blocks(256)
+    changed = chat({"role": "user", "content": text[:300] + "y" + text[301:]}).blocks(256).hashes
     assert changed[0] == blocks[0]
     assert all(a != b for a, b in zip(changed[1:], blocks[1:], strict=True))
 
 
 def test_role_and_message_boundaries_count():
-    assert chat({"role": "user", "content": "hi"}).blocks(256) != chat({"role": "system", "content": "hi"}).blocks(256)
-    split = chat({"role": "user", "content": "ab"}, {"role": "user", "content": "c"}).blocks(256)
-    joined = chat({"role": "user", "content": "a"}, {"role": "user", "content": "bc"}).blocks(256)
+    user, system = chat({"role": "user", "content": "hi"}), chat({"role": "system", "content": "hi"})
+    assert user.blocks(256).hashes != system.blocks(256).hashes
+    split = chat({"role": "user", "content": "ab"}, {"role": "user", "content": "c"}).blocks(256).hashes
+    joined = chat({"role": "user", "content": "a"}, {"role": "user", "content": "bc"}).blocks(256).hashes
     assert split[1] != joined[1]
 
 
 def test_text_parts_are_the_content_and_the_block_size_is_per_call():
     parts = chat({"role": "user", "content": [{"type": "text", "text": "hello"}]})
     plain = chat({"role": "user", "content": "hello"})
-    assert parts.blocks(256) == plain.blocks(256)
+    assert parts.blocks(256).hashes == plain.blocks(256).hashes
     key = chat({"role": "user", "content": "z" * 100})
-    assert len(key.blocks(64)) == 2 and len(key.blocks(256)) == 1
+    assert len(key.blocks(64).hashes) == 2 and len(key.blocks(256).hashes) == 1
     assert key.blocks(64) is key.blocks(64)  # hashed once per block size
 
 
 def test_completion_prompts_text_and_token_ids():
-    text = PromptKey({"prompt": "p" * 600}, "completions").blocks(256)
+    text = PromptKey({"prompt": "p" * 600}, "completions").blocks(256).hashes
     assert len(text) == 3
-    assert PromptKey({"prompt": ["p" * 300, "q"]}, "completions").blocks(256)[0] == text[0]
-    ids = PromptKey({"prompt": list(range(200))}, "completions").blocks(256)
+    assert PromptKey({"prompt": ["p" * 300, "q"]}, "completions").blocks(256).hashes[0] == text[0]
+    ids = PromptKey({"prompt": list(range(200))}, "completions").blocks(256).hashes
     assert len(ids) == 4  # 64 ids a block
-    nested = PromptKey({"prompt": [list(range(200))]}, "completions").blocks(256)
+    nested = PromptKey({"prompt": [list(range(200))]}, "completions").blocks(256).hashes
     assert nested == ids
 
 
@@ -71,9 +72,21 @@ def test_session_from_the_header_then_the_user_field():
     assert chat(user="").session("x-specgate-session") is None
 
 
-def test_hashes_are_the_same_in_another_process():
+def test_the_anchor_is_the_same_in_another_process_and_names_the_first_block():
+    """Block hashes may differ between processes; the anchor, which decides
+    where a prompt never seen goes, may not."""
     code = ("from gateway.decide.prompt_key import PromptKey;"
-            "print(PromptKey({'messages': [{'role': 'user', 'content': 'same'}]}, 'chat').blocks(256))")
+            "print(PromptKey({'messages': [{'role': 'user', 'content': 'same'}]}, 'chat').blocks(256).anchor)")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={"PYTHONHASHSEED": "123", "PYTHONPATH": str(Path(gateway.__file__).parents[1])})
-    assert other.stdout.strip() == str(chat({"role": "user", "content": "same"}).blocks(256))
+    assert other.stdout.strip() == str(chat({"role": "user", "content": "same"}).blocks(256).anchor)
+    longer = chat({"role": "user", "content": "same"}, {"role": "user", "content": "more"}).blocks(256)
+    assert longer.anchor == chat({"role": "user", "content": "same"}).blocks(256).anchor
+    assert chat({"role": "system", "content": "same"}).blocks(256).anchor != longer.anchor
+    assert PromptKey({"prompt": ""}, "completions").blocks(256).anchor is None
+
+
+def test_a_message_boundary_never_hashes_like_a_block_boundary():
+    whole = chat({"role": "user", "content": "x" * 256 + "y"}).blocks(256).hashes
+    split = chat({"role": "user", "content": "x" * 256}, {"role": "user", "content": "y"}).blocks(256).hashes
+    assert whole[0] == split[0] and whole[1] != split[1]
