@@ -28,6 +28,7 @@ TUNABLE: dict[str, tuple[type[int] | type[float], str]] = {
         int,
         "--kind dynamic: draft while at most this many sequences decode, decode plainly above",
     ),
+    "prefix_cache_tokens": (int, "KV cache tokens the prefix cache keeps, least recently used evicted"),
 }
 
 
@@ -63,6 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, (kind, help_text) in TUNABLE.items():
         flag, default = "--" + name.replace("_", "-"), getattr(CALIBRATIONS["8b-a100"], name)
         parser.add_argument(flag, type=kind, help=f"{help_text} (default: the calibration's; {default} for 8b-a100)")
+    parser.add_argument(
+        "--prefix-cache", action=argparse.BooleanOptionalAction, default=True,
+        help="cache prompt prefixes as vLLM's automatic prefix caching does (default: on)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=None, help="seed for acceptance draws")
     parser.add_argument(
         "--log-level", default="warning", help="uvicorn log level (default: %(default)s)"
@@ -87,8 +92,9 @@ def run(args: argparse.Namespace) -> int:
     from backends.sim.server import create_sim_app
 
     app, _ = create_sim_app(
-        args.kind, args.model, params=params_from(args), time_scale=args.time_scale, seed=args.seed
-    )
+        args.kind, args.model, params=params_from(args), time_scale=args.time_scale, seed=args.seed,
+        prefix_cache=args.prefix_cache,
+    )  # fmt: skip
     try:
         sock = bind_socket(args.host, args.port)
     except OSError as exc:

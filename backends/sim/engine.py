@@ -11,6 +11,11 @@ dynamic engine does so only in steps whose decoding batch is at most
 `speculative_max_batch` sequences, and decodes one token per sequence above;
 `specgate_sim_steps_total{speculation}` counts the steps each way and
 `specgate_sim_speculation_active` says how the last one went.
+
+With a prefix cache (`backends.sim.prefix_cache`) a request's prefill costs
+only its uncached tokens: its prompt is looked up when the step admits it,
+and its prompt and answer are cached for the turns that follow, which count
+in `vllm:prefix_cache_hits_total` and `vllm:prefix_cache_queries_total`.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from backends.sim.model import (
     speculates,
     step_seconds,
 )
+from backends.sim.prefix_cache import PrefixCache, block_hashes
 
 WORDS = {
     "code": ("def", " value", "(", "x", "):", "\n   ", " return", " x", " +", " 1", "\n"),
@@ -47,12 +53,15 @@ class SimRequest:
     """A request inside the engine: its target length and its token inbox."""
 
     request: GenerationRequest
+    text: str
     domain: str
     acceptance: float
     prompt_tokens: int
     target_tokens: int
     finish_reason: str
     emitted: int = 0
+    prefill_tokens: int = 0  # the prompt tokens the prefix cache did not hold
+    answer: list[str] = field(default_factory=list)
     inbox: asyncio.Queue = field(default_factory=asyncio.Queue)
 
 
@@ -60,7 +69,8 @@ class SimEngine:
     """A `TokenGenerator` whose timing follows `backends.sim.model`.
 
     `time_scale` multiplies every simulated duration (0.1 runs ten times
-    faster than the modelled GPU); `seed` makes acceptance draws repeatable.
+    faster than the modelled GPU); `seed` makes acceptance draws repeatable;
+    `prefix_cache`, when given, makes cached prompt prefixes free to prefill.
     """
 
     def __init__(
@@ -71,8 +81,11 @@ class SimEngine:
         *,
         time_scale: float = 1.0,
         seed: int | None = None,
+        prefix_cache: PrefixCache | None = None,
+        model_name: str = "specgate-sim",
     ) -> None:
         self.kind = kind
+        self.prefix_cache = prefix_cache
         self.metrics = metrics
         self.params = params
         self.time_scale = time_scale
@@ -91,6 +104,13 @@ class SimEngine:
             "specgate_sim_speculation_active", "1 when the last decoding step drafted",
             registry=metrics.registry,
         )  # fmt: skip
+        self.cache_queries, self.cache_hits = (
+            Counter(name, doc, ["model_name", "engine"], registry=metrics.registry).labels(model_name, "0")
+            for name, doc in (
+                ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."),
+                ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."),
+            )
+        )  # vLLM V1's names (vllm/v1/metrics/loggers.py), counted in tokens
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         sim = self._admit(request)
@@ -118,6 +138,7 @@ class SimEngine:
             target, finish = request.max_tokens, "length"
         return SimRequest(
             request=request,
+            text=text,
             domain=domain,
             acceptance=min(0.99, acceptance(domain, temperature, self.params)
                            * self.domain_quality.get(domain, 1.0)),
@@ -164,7 +185,8 @@ class SimEngine:
         deadline = loop.time()
         while self.running or self.waiting:
             admitted = self._fill_batch()
-            prefill = sum(sim.prompt_tokens for sim in admitted)
+            self._look_up_prefixes(admitted)
+            prefill = sum(sim.prefill_tokens for sim in admitted)
             decoding = [sim for sim in self.running if sim not in admitted]
             seconds = step_seconds(self.kind, len(decoding), prefill, self.params)
             deadline = max(deadline + seconds * self.time_scale, loop.time() - 0.1)
@@ -195,6 +217,23 @@ class SimEngine:
             admitted.add(sim)
         return admitted
 
+    def _look_up_prefixes(self, admitted: set[SimRequest]) -> None:
+        """Set each admitted request's prefill to its uncached tokens, then cache
+        its prompt: requests admitted in one step do not hit each other's blocks,
+        which are computed in that same step."""
+        cache = self.prefix_cache
+        for sim in admitted:
+            sim.prefill_tokens = sim.prompt_tokens
+        if cache is None or not admitted:
+            return
+        lookups = [(sim, cache.lookup(sim.text, sim.prompt_tokens)) for sim in admitted]
+        for sim, found in lookups:
+            sim.prefill_tokens = found.computed_tokens
+            self.cache_queries.inc(found.prompt_tokens)
+            self.cache_hits.inc(found.cached_tokens)
+        for _, found in lookups:
+            cache.store(found.blocks)
+
     def _speculative_step(self, batch: list[SimRequest]) -> None:
         g = self.params.num_speculative_tokens
         per_pos = [0] * g
@@ -216,6 +255,7 @@ class SimEngine:
         words = WORDS.get(sim.domain, WORDS["chat"])
         text = "".join(words[(sim.emitted + i) % len(words)] for i in range(tokens))
         sim.emitted += tokens
+        sim.answer.append(text)
         done = sim.emitted >= sim.target_tokens
         prompt = sim.prompt_tokens if sim.emitted == tokens else None
         sim.inbox.put_nowait(
@@ -224,3 +264,6 @@ class SimEngine:
         )
         if done:
             del self.running[sim]
+            if self.prefix_cache is not None:  # the next turn's prompt starts with this one's answer
+                answered = sim.text + "\n" + "".join(sim.answer)
+                self.prefix_cache.store(block_hashes(answered, self.prefix_cache.block_tokens))

@@ -45,6 +45,9 @@ EAGLE-style one-layer draft head, 3 speculative tokens):
 - `default_temperature` = 1.0: vLLM's default when a request omits `temperature`.
 - `draft_quality` = 1.0: multiplies every acceptance; below 1 models a weaker
   draft (a what-if knob, not a measurement).
+- `prefix_cache_tokens` = 400,000: the KV cache left for cached prefixes:
+  80 GB x 0.9 (vLLM's gpu_memory_utilization) - 16 GB of weights - ~4 GB of
+  activations = ~52 GB / 128 KiB per token.
 - `speculative_max_batch` = 32: the "dynamic" kind speculates while at most
   this many sequences decode, and decodes plainly above (engine-level dynamic
   speculation: vLLM's `num_speculative_tokens_per_batch_size`, SGLang's
@@ -106,6 +109,7 @@ class SimParams:
     default_temperature: float = 1.0
     draft_quality: float = 1.0
     speculative_max_batch: int = 32
+    prefix_cache_tokens: int = 400_000
 
 
 DEFAULT_PARAMS = SimParams()
@@ -121,6 +125,7 @@ LARGE_TARGET_PARAMS = SimParams(
     num_speculative_tokens=4,
     base_acceptance=MappingProxyType({"code": 0.80, "math": 0.75, "chat": 0.68}),
     speculative_max_batch=16,
+    prefix_cache_tokens=420_000,  # 4 x 72 GB - 140 GB of weights - ~12 GB of activations, / 320 KiB a token
 )
 
 CALIBRATIONS = MappingProxyType({"8b-a100": DEFAULT_PARAMS, "70b-4xa100-draft1b": LARGE_TARGET_PARAMS})

@@ -15,6 +15,7 @@ from starlette.routing import Route
 from backends.serving import VllmMetrics, create_openai_app
 from backends.sim.engine import SimEngine
 from backends.sim.model import DEFAULT_PARAMS, Kind, SimParams
+from backends.sim.prefix_cache import BLOCK_TOKENS, PrefixCache
 
 
 def create_sim_app(
@@ -25,11 +26,14 @@ def create_sim_app(
     time_scale: float = 1.0,
     seed: int | None = None,
     max_model_len: int = 8192,
+    prefix_cache: bool = True,
 ) -> tuple[Starlette, SimEngine]:
-    """An app that answers like a vLLM `kind` pool serving `model`, and its engine."""
+    """An app that answers like a vLLM `kind` pool serving `model`, and its engine;
+    `prefix_cache` caches prompt prefixes up to `params.prefix_cache_tokens`."""
     speculative_tokens = params.num_speculative_tokens if kind != "standard" else None
     metrics = VllmMetrics(CollectorRegistry(), model, num_speculative_tokens=speculative_tokens)
-    engine = SimEngine(kind, metrics, params, time_scale=time_scale, seed=seed)
+    cache = PrefixCache(max(1, params.prefix_cache_tokens // BLOCK_TOKENS)) if prefix_cache else None
+    engine = SimEngine(kind, metrics, params, time_scale=time_scale, seed=seed, prefix_cache=cache, model_name=model)
     app = create_openai_app(engine, metrics, model, max_model_len=max_model_len)
     app.router.routes.append(Route("/control", _control(engine), methods=["GET", "POST"]))
     return app, engine
