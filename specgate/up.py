@@ -33,6 +33,7 @@ from backends.ports import PortHeld, check_free
 SERVED_MODEL = "smollm2"
 SPECULATIVE_PORT, STANDARD_PORT = 8001, 8002
 VLLM_CPU_ARGS = ("--dtype", "float32", "--max-model-len", "2048")  # float32: greedy stays exact
+DEFAULT_SPECULATIVE_PROFILE = "speculative-ngram"
 START_TIMEOUT_S = 900.0
 BACKEND_GRACE_S = 15.0  # SIGTERM to SIGKILL
 GATEWAY_DRAIN_S = 10.0  # the gateway's own drain; its grace is 5 s longer
@@ -213,15 +214,23 @@ def wait_healthy(services: Sequence[Service], timeout_s: float, progress: Callab
 
 
 def vllm_backends(model_dir: Path, logs: Path, ports: tuple[int, int] = (SPECULATIVE_PORT, STANDARD_PORT),
-                  python: str = sys.executable) -> list[Service]:
+                  python: str = sys.executable, speculative_profile: str = DEFAULT_SPECULATIVE_PROFILE
+                  ) -> list[Service]:
     from backends.vllm import load_profiles, render
+    from backends.vllm.heads import HeadNotFound
 
     _, profiles = load_profiles()
+    if speculative_profile not in profiles or not profiles[speculative_profile].speculative:
+        choices = ", ".join(sorted(name for name, p in profiles.items() if p.speculative))
+        raise StartError(f"unknown speculative profile {speculative_profile!r}; choose one of: {choices}")
     env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"), "HF_HUB_OFFLINE": "1"}
     services = []
-    for kind, profile, port in (("speculative", "speculative-ngram", ports[0]), ("standard", "standard", ports[1])):
-        argv = render(profiles[profile], model=str(model_dir), port=port, served_model_name=SERVED_MODEL,
-                      extra_args=VLLM_CPU_ARGS, python=python)
+    for kind, profile, port in (("speculative", speculative_profile, ports[0]), ("standard", "standard", ports[1])):
+        try:
+            argv = render(profiles[profile], model=str(model_dir), port=port, served_model_name=SERVED_MODEL,
+                          extra_args=VLLM_CPU_ARGS, python=python)
+        except HeadNotFound as exc:
+            raise StartError(f"profile {profile}: {exc}") from exc
         services.append(Service(f"vLLM {kind} ({profile}, :{port})", argv, f"http://127.0.0.1:{port}/health",
                                 logs / f"vllm-{kind}.log", env))
     return services
@@ -284,6 +293,10 @@ Ctrl-C stops everything.
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=["vllm", "bundled"], default="vllm",
                         help="backends: real vLLM CPU servers (default) or the project's own engine")
+    parser.add_argument("--speculative-profile", default=DEFAULT_SPECULATIVE_PROFILE, metavar="PROFILE",
+                        help="vLLM launch profile of the speculative pool (backends/vllm/profiles.yaml), e.g. "
+                        "speculative-eagle3-local: the EAGLE-3 head shipped for SmolLM2-135M-Instruct, "
+                        "greedy requests only on vLLM CPU (default: %(default)s; --engine vllm only)")
     parser.add_argument("--port", type=int, default=8080, help="gateway port (default: %(default)s)")
     parser.add_argument("--policy", type=Path, help="policy (default: policies/default.yaml, which expects "
                         f"the backends on {SPECULATIVE_PORT} and {STANDARD_PORT})")
@@ -317,7 +330,8 @@ def run(args: argparse.Namespace) -> int:
             backends = command_backends(args.backend_command, logs, args.backend_ports)
         elif args.engine == "vllm":
             print("preparing the model (once) ...", flush=True)
-            backends = vllm_backends(prepare(cache), logs, args.backend_ports)
+            backends = vllm_backends(prepare(cache), logs, args.backend_ports,
+                                     speculative_profile=args.speculative_profile)
         else:
             backends = engine_backends(logs, args.backend_ports)
         stack = Stack(backends, gateway_service(args.policy or default_policy_path(), args.port, logs))

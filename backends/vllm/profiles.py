@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from backends.vllm.heads import resolve_heads
+
 VLLM_SERVER = ("-m", "vllm.entrypoints.openai.api_server")
 
 
@@ -44,7 +46,8 @@ def render(profile: Profile, *, model: str, host: str = "127.0.0.1", port: int =
     """The argv that starts vLLM's OpenAI server for `profile`.
 
     `spec_config` replaces the profile's speculative config keys it names;
-    `extra_args` are appended last, so they win over the profile's flags.
+    `extra_args` are appended last, so they win over the profile's flags. A
+    head named by placeholder (`{shipped-eagle3-head}`) becomes its directory.
     """
     argv = [python, *VLLM_SERVER, "--model", model, "--host", host, "--port", str(port)]
     if served_model_name:
@@ -55,7 +58,7 @@ def render(profile: Profile, *, model: str, host: str = "127.0.0.1", port: int =
     if spec_config:
         config.update(spec_config)
     if config:
-        argv += ["--speculative-config", json.dumps(config, sort_keys=True)]
+        argv += ["--speculative-config", json.dumps(resolve_heads(config), sort_keys=True)]
     return argv + list(extra_args)
 
 
