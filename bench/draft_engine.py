@@ -7,7 +7,8 @@ prompt to prompt): plain decoding, n-gram prompt-lookup trees (the engine's
 default drafter) and EAGLE-3 trees from a head (`--drafter eagle3`, the
 shipped one, or `eagle3:PATH`). Per prompt class (chat, summarization,
 code) and temperature: tokens/s (total tokens over total time), speed-up
-over plain, acceptance per position (the share of drafts whose first k
+over plain, the same by this process's CPU time (on a shared machine the wall
+clock also counts the time other work held the core), acceptance per position (the share of drafts whose first k
 tokens were accepted, vLLM's per-position counter over its draft counter),
 acceptance rate (accepted / drafted tokens along the deepest path) and mean
 accepted length (tokens per step). At temperature 0 every arm's output must
@@ -46,6 +47,7 @@ class Totals:
     """One arm's runs of one prompt class at one temperature."""
 
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # this process's CPU time: less at the mercy of other load than the wall clock
     tokens: int = 0
     steps: int = 0
     drafts: int = 0
@@ -53,8 +55,9 @@ class Totals:
     accepted: int = 0
     per_position: list[int] = field(default_factory=list)
 
-    def add(self, result: Measured) -> None:
+    def add(self, result: Measured, cpu_seconds: float = 0.0) -> None:
         self.seconds += result.seconds
+        self.cpu_seconds += cpu_seconds
         self.tokens += len(result.output)
         self.steps += len(result.steps)
         for step in result.steps:
@@ -94,10 +97,12 @@ def arms(spec: str, target: object, shapes: list[str]) -> dict[str, Factory]:
 
 
 def decode_once(verifier: TreeVerifier, prompt: list[int], options: DecodeOptions, temperature: float,
-                seed: int, factory: Factory) -> Measured:
+                seed: int, factory: Factory) -> tuple[Measured, float]:
+    """One decode: its wall time and steps, and the CPU time it took."""
     sampling = Sampling.create(temperature, 0, 1.0, seed) if temperature > 0 else Sampling()
+    cpu = time.process_time()
     seconds, steps = run(verifier, prompt, DecodeOptions(options.max_tokens, sampling, options.stop_ids), factory)
-    return Measured(seconds, steps)
+    return Measured(seconds, steps), time.process_time() - cpu
 
 
 def bench(verifier: TreeVerifier, prompts: list[tuple[str, list[int]]], options: DecodeOptions,
@@ -107,20 +112,21 @@ def bench(verifier: TreeVerifier, prompts: list[tuple[str, list[int]]], options:
     for index, (kind, prompt) in enumerate(prompts):
         order = names[index % len(names):] + names[: index % len(names)]
         results = {mode: decode_once(verifier, prompt, options, temperature, index, modes[mode]) for mode in order}
-        for mode, result in results.items():
-            if temperature == 0 and result.output != results["plain"].output:
+        for mode, (result, cpu) in results.items():
+            if temperature == 0 and result.output != results["plain"][0].output:
                 raise AssertionError(f"prompt {index}: {mode} differs from plain greedy decoding")
-            totals[kind, mode].add(result)
-            totals["all", mode].add(result)
+            totals[kind, mode].add(result, cpu)
+            totals["all", mode].add(result, cpu)
         print(f"  {temperature} #{index} {kind}: " + ", ".join(
-            f"{mode} {len(r.output) / r.seconds:.1f} tok/s" for mode, r in results.items()), file=sys.stderr)
+            f"{mode} {len(r.output) / r.seconds:.1f} tok/s ({len(r.output) / cpu:.1f} per CPU s)"
+            for mode, (r, cpu) in results.items()), file=sys.stderr)
     return totals
 
 
 def table(temperature: float, totals: dict[tuple[str, str], Totals], modes: list[str]) -> list[str]:
     lines = [f"\nTemperature {temperature}:\n",
-             "| prompt type | arm | tokens | tokens/s | speed-up | acceptance | accepted per position (1, 2, 3, 4) "
-             "| mean accepted length |", "|---|---|---|---|---|---|---|---|"]
+             "| prompt type | arm | tokens | tokens/s | speed-up | tokens per CPU s | CPU speed-up | acceptance "
+             "| accepted per position (1, 2, 3, 4) | mean accepted length |", "|---" * 10 + "|"]
     for kind in dict.fromkeys(kind for kind, _ in totals):
         plain = totals[kind, "plain"]
         for mode in modes:
@@ -130,8 +136,10 @@ def table(temperature: float, totals: dict[tuple[str, str], Totals], modes: list
             positions = ", ".join(f"{count / t.drafts:.2f}" for count in (t.per_position + [0] * 4)[:4]) \
                 if t.drafts else "-"
             ratio = speed / (plain.tokens / plain.seconds)
-            lines.append(f"| {kind} | {mode} | {t.tokens} | {speed:.1f} | {ratio:.2f}x | {rate} | {positions} "
-                         f"| {t.tokens / t.steps:.2f} |")
+            cpu_speed = t.tokens / t.cpu_seconds
+            cpu_ratio = cpu_speed / (plain.tokens / plain.cpu_seconds)
+            lines.append(f"| {kind} | {mode} | {t.tokens} | {speed:.1f} | {ratio:.2f}x | {cpu_speed:.1f} "
+                         f"| {cpu_ratio:.2f}x | {rate} | {positions} | {t.tokens / t.steps:.2f} |")
     return lines
 
 
