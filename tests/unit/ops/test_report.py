@@ -23,6 +23,9 @@ DAYS = 3
 MINUTES = DAYS * 1440
 START = END - MINUTES * 60
 ACCEPTED_PER_MINUTE = (80, 50, 65)  # per day; 100 draft tokens a minute throughout
+# the same drafts split by traffic class: class -> (draft tokens a minute, accepted a minute per day)
+CLASSES = {"chat/low": (40, (30, 15, 15)), "summarization/greedy": (30, (27, 20, 21)),
+           "code/greedy": (30, (23, 15, 29))}
 OFF_AT = (300, 900, 1700, 2300, 3100, 3900)  # minutes where the guard turns speculation off for 30 minutes
 SPEC_BUCKETS = {"0.5": 20, "1": 80, "2.5": 100, "+Inf": 100}  # per minute, cumulative
 STD_BUCKETS = {"0.5": 0, "1": 0, "2.5": 10, "+Inf": 10}
@@ -44,10 +47,12 @@ def openmetrics() -> str:
 
     families: list[tuple[str, str, list[tuple[str, str, list[float]]]]] = [
         ("vllm:spec_decode_num_draft_tokens", "counter",
-         [("vllm:spec_decode_num_draft_tokens_total", 'instance="10.0.0.1:8000"', counter(lambda i: 100))]),
+         [("vllm:spec_decode_num_draft_tokens_total", f'instance="10.0.0.{n}:8000",traffic_class="{name}"',
+           counter(lambda i, drafts=drafts: drafts)) for n, (name, (drafts, _)) in enumerate(CLASSES.items())]),
         ("vllm:spec_decode_num_accepted_tokens", "counter",
-         [("vllm:spec_decode_num_accepted_tokens_total", 'instance="10.0.0.1:8000"',
-           counter(lambda i: ACCEPTED_PER_MINUTE[min(i // 1440, DAYS - 1)]))]),
+         [("vllm:spec_decode_num_accepted_tokens_total", f'instance="10.0.0.{n}:8000",traffic_class="{name}"',
+           counter(lambda i, daily=daily: daily[min(i // 1440, DAYS - 1)]))
+          for n, (name, (_, daily)) in enumerate(CLASSES.items())]),
         ("specgate_requests", "counter",
          [("specgate_requests_total", 'pool="speculative",rule="default",code="200"', counter(lambda i: 30)),
           ("specgate_requests_total", 'pool="standard",rule="busy",code="200"', counter(lambda i: 10))]),
@@ -139,6 +144,45 @@ def test_report_numbers_equal_the_known_rates(prometheus, tmp_path):
     markdown = (out / "report.md").read_text()
     assert "| 0.650 | 0.500 | 0.800 | 0.650 |" in markdown and "speedup: 1.89x" in markdown
 
+    # over the three days only chat is under 0.55 (60 of 120 drafts a minute-day accepted)
+    retrain = report["retrain"]
+    assert retrain["by_class"]["chat/low"] == {"acceptance": pytest.approx(0.5),
+                                               "draft_tokens": pytest.approx(40 * MINUTES)}
+    assert retrain["by_class"]["code/greedy"]["acceptance"] == pytest.approx(67 / 90)
+    assert [item["class"] for item in retrain["fallen"]] == ["chat/low"]
+    assert "specgate draft capture --dir captured --out prompts.jsonl --class chat/low" in retrain["commands"][0]
+    assert "| chat/low | 0.500 |" in markdown and "- chat/low: acceptance 0.500, under 0.55" in markdown
+
+
+def report_json(prometheus: str, out: Path, *extra: str) -> dict:
+    result = subprocess.run([sys.executable, "-m", "specgate.cli", "report", "--prometheus", prometheus,
+                             "--step", "1h", "--out", str(out), *extra],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads((out / "report.json").read_text())
+
+
+def test_report_names_the_classes_whose_acceptance_fell_since_the_previous_report(prometheus, tmp_path):
+    first = report_json(prometheus, tmp_path / "day1", "--since", "1d", "--until", str(START + 1440 * 60))
+    assert first["retrain"]["fallen"] == [] and "commands" not in first["retrain"]
+    assert first["retrain"]["by_class"]["summarization/greedy"]["acceptance"] == pytest.approx(0.9)
+    last = report_json(prometheus, tmp_path / "day3", "--since", "1d", "--until", str(END),
+                       "--previous", str(tmp_path / "day1" / "report.json"))
+    fallen = {item["class"]: item for item in last["retrain"]["fallen"]}
+    # chat: 0.75 -> 0.375, under 0.55 and fallen; summarization: 0.9 -> 0.7, fallen by 0.2; code rose
+    assert sorted(fallen) == ["chat/low", "summarization/greedy"]
+    assert fallen["chat/low"]["why"] == "under 0.55; fell from 0.750 (more than 0.10)"
+    assert fallen["summarization/greedy"]["acceptance"] == pytest.approx(0.7)
+    assert fallen["summarization/greedy"]["why"] == "fell from 0.900 (more than 0.10)"
+    assert last["retrain"]["commands"][0].endswith("--class chat/low --class summarization/greedy")
+    assert "capture:\n  enabled: true\n  share: 0.02" in last["retrain"]["policy"]
+    markdown = (tmp_path / "day3" / "report.md").read_text()
+    assert "## Retrain the draft for these classes" in markdown and "specgate draft train" in markdown
+    # a higher bar for a fall leaves only the class under 0.55
+    strict = report_json(prometheus, tmp_path / "strict", "--since", "1d", "--until", str(END),
+                         "--previous", str(tmp_path / "day1" / "report.json"), "--acceptance-drop", "0.3")
+    assert [item["class"] for item in strict["retrain"]["fallen"]] == ["chat/low"]
+
 
 def test_report_errors_are_clear(prometheus, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "specgate.cli", "report", "--prometheus", prometheus, "--since", "7x"],
@@ -148,6 +192,11 @@ def test_report_errors_are_clear(prometheus, tmp_path):
                            f"http://127.0.0.1:{free_port()}", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert down.returncode == 1 and "unreachable" in down.stderr
+    (tmp_path / "old.json").write_text("{not json")
+    unreadable = subprocess.run([sys.executable, "-m", "specgate.cli", "report", "--prometheus", prometheus,
+                                 "--previous", str(tmp_path / "old.json"), "--out", str(tmp_path)],
+                                cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert unreadable.returncode == 2 and "cannot read the previous report" in unreadable.stderr
 
 
 def test_recommendations_follow_the_thresholds():
