@@ -295,8 +295,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="backends: real vLLM CPU servers (default) or the project's own engine")
     parser.add_argument("--speculative-profile", default=DEFAULT_SPECULATIVE_PROFILE, metavar="PROFILE",
                         help="vLLM launch profile of the speculative pool (backends/vllm/profiles.yaml), e.g. "
-                        "speculative-eagle3-local: the EAGLE-3 head shipped for SmolLM2-135M-Instruct, "
-                        "greedy requests only on vLLM CPU (default: %(default)s; --engine vllm only)")
+                        "speculative-eagle3-local: the EAGLE-3 head shipped for SmolLM2-135M-Instruct "
+                        "(default: %(default)s; --engine vllm only)")
     parser.add_argument("--port", type=int, default=8080, help="gateway port (default: %(default)s)")
     parser.add_argument("--policy", type=Path, help="policy (default: policies/default.yaml, which expects "
                         f"the backends on {SPECULATIVE_PORT} and {STANDARD_PORT})")

@@ -1,0 +1,54 @@
+"""The plugin that fixes vLLM CPU's expansion of per-request values to draft tokens."""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from backends.vllm.cpu_fixes import expand, register  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int64])
+def test_each_request_value_fills_its_tokens_span(dtype):
+    values = torch.tensor([0.7, 1.0, 0.0], dtype=torch.float32).to(dtype)
+    ends = torch.tensor([2, 5, 6], dtype=torch.int32)
+    output = torch.full((6,), -123, dtype=dtype)
+    expand(output, values, ends, replace_from=0, replace_to=1, MAX_NUM_TOKENS=8)
+    expected = torch.tensor([0.7, 0.7, 1.0, 1.0, 1.0, 1.0], dtype=torch.float32).to(dtype)
+    if dtype.is_floating_point:
+        assert torch.allclose(output, expected)
+    else:  # 0.7 truncates to 0, which is then replaced by 1
+        assert output.tolist() == [1, 1, 1, 1, 1, 1]
+
+
+def test_a_request_with_no_tokens_writes_nothing():
+    output = torch.full((3,), -1.0)
+    expand(output, torch.tensor([2.0, 3.0, 4.0]), torch.tensor([1, 1, 3]), 0, 0)
+    assert output.tolist() == [2.0, 4.0, 4.0]
+
+
+def test_the_cpu_build_is_pointed_at_the_fix_through_vllms_plugin_group():
+    cpu_triton_utils = pytest.importorskip("vllm.utils.cpu_triton_utils")
+    names = {e.value for e in entry_points(group="vllm.general_plugins")}
+    assert "backends.vllm.cpu_fixes:register" in names
+    original = cpu_triton_utils._expand_kernel_impl
+    try:
+        register()
+        register()  # vLLM loads plugins once a process, possibly in several processes
+        assert cpu_triton_utils._expand_kernel_impl is expand
+    finally:
+        cpu_triton_utils._expand_kernel_impl = original
+
+
+def test_vllm_cpus_own_expansion_loses_float_values_and_keeps_integers():
+    """What the fix is for: if the float case starts passing, vLLM fixed it and the plugin can go."""
+    cpu_triton_utils = pytest.importorskip("vllm.utils.cpu_triton_utils")
+    pytest.importorskip("vllm._C")  # the CPU build's C++ ops
+    ints = torch.full((2,), -123, dtype=torch.int64)
+    cpu_triton_utils._expand_kernel_impl(ints, torch.tensor([5]), torch.tensor([2]), 0, 0)
+    floats = torch.full((2,), -123.0)
+    cpu_triton_utils._expand_kernel_impl(floats, torch.tensor([0.7]), torch.tensor([2]), 0, 0)
+    assert ints.tolist() == [5, 5] and floats.tolist() == [-123.0, -123.0]
