@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.control.signals.prometheus_api import PrometheusClient
-from specgate.ops.weekly import ACCEPTED, DRAFTED, MIN_ACCEPTANCE, Period, _selector
+from specgate.ops.weekly import ACCEPTED, DRAFTED, MIN_ACCEPTANCE, Period, series_selector
 
 CLASS_LABEL = "traffic_class"
 MIN_DRAFT_TOKENS = 1000  # fewer in the period: too little to judge the class
@@ -47,7 +47,7 @@ class Fallen:
 async def acceptance_by_class(api: PrometheusClient, period: Period, match: str = "",
                               label: str = CLASS_LABEL) -> dict[str, dict[str, float]]:
     """`{class: {"acceptance": ..., "draft_tokens": ...}}` over the period."""
-    accepted, drafted = _selector(ACCEPTED, match), _selector(DRAFTED, match)
+    accepted, drafted = series_selector(ACCEPTED, match), series_selector(DRAFTED, match)
     window = period.range
 
     async def by_class(promql: str) -> dict[str, float]:

@@ -63,7 +63,7 @@ class Period:
         return f"{int(round(self.seconds))}s"
 
 
-def _selector(name: str, match: str) -> str:
+def series_selector(name: str, match: str) -> str:
     return series(name, match) if match else series(name, "").replace(",}", "}")
 
 
@@ -83,7 +83,7 @@ async def _range(api: PrometheusClient, promql: str, period: Period) -> list[flo
 
 
 async def acceptance(api: PrometheusClient, period: Period, match: str = "") -> dict[str, Any]:
-    accepted, drafted = _selector(ACCEPTED, match), _selector(DRAFTED, match)
+    accepted, drafted = series_selector(ACCEPTED, match), series_selector(DRAFTED, match)
     window = f"{int(period.step_s)}s"
     points = await _range(api, f"sum(rate({accepted}[{window}])) / sum(rate({drafted}[{window}]))", period)
     overall = await _scalar(api, f"sum(increase({accepted}[{period.range}])) / "
