@@ -14,7 +14,8 @@ import torch
 from backends.engine.eagle3 import checkpoint
 from specgate.draft import evaluate, features
 from specgate.draft.dataset import MANIFEST, RECORDS
-from specgate.draft.train import TrainOptions, draft_vocabulary, make_batch, new_head, train
+from specgate.draft.train import TrainOptions
+from specgate.draft.trainer import draft_vocabulary, make_batch, new_head, train
 
 VOCAB = 64
 
