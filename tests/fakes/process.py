@@ -87,7 +87,11 @@ class FakeVllmProcess:
     def _end(self, sig: int) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(sig)
-            self.process.wait(10)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:  # SIGTERM not heeded in time
+                self.process.kill()
+                self.process.wait()
         self.process = None
 
     def __enter__(self) -> FakeVllmProcess:

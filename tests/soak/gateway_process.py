@@ -49,7 +49,7 @@ class GatewayProcess:
         assert self.process is not None
         return self.process.pid
 
-    def start(self, timeout: float = 30.0) -> GatewayProcess:
+    def start(self, timeout: float = 60.0) -> GatewayProcess:  # a hang guard: it starts in about a second
         python_path = [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in python_path if p), **self.env}
         command = [sys.executable, "-m", "specgate.cli", "serve", "--policy", str(self.policy),
@@ -81,7 +81,7 @@ class GatewayProcess:
                 process.wait(timeout)
             except subprocess.TimeoutExpired:
                 process.kill()
-                process.wait(5)
+                process.wait()  # SIGKILL always ends it; a loaded machine may take its time to say so
         return process.returncode
 
     def log(self) -> str:

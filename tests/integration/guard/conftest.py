@@ -71,7 +71,7 @@ class PrometheusProcess:
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
-            self.process.wait(timeout=10)
+            self.process.wait()  # SIGKILL always ends it
 
 
 @pytest.fixture
