@@ -21,13 +21,14 @@ from gateway.decide.features import Features, Limits, check_limits, parse_json_b
 from gateway.decide.latency import LatencyModel
 from gateway.decide.prompt_key import PromptKey
 from gateway.decide.routing import Decision, Overrides, Routed, route
-from gateway.decide.traffic import ClassLatency, traffic_class
+from gateway.decide.traffic import ClassLatency
 from gateway.edge.auth import ClientKeys, Grant
 from gateway.edge.load_view import DecisionLoad
 from gateway.edge.priority import request_priority
 from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, PayloadTooLarge, RequestTimeout
 from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
+from gateway.policy.classes import traffic_class
 from gateway.settings import Settings
 from gateway.upstream.exchange import Exchange, Outgoing, Recorder, usage_hidden
 from gateway.upstream.proxy import Forwarder, request_headers
