@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from gateway.decide.latency import LatencyModel
+from gateway.policy.kinds import PoolKind, schedule_of
 
 POOLS = ("speculative", "standard")
 CLASSES = tuple(f"{domain}/{bucket}" for domain in ("chat", "code", "math", "summarization")

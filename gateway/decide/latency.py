@@ -124,6 +124,15 @@ class LatencyModel:
         drafts = self.schedule(pool).drafts(max(batch, 1))
         return tokens_per_step(self.acceptance.rate(pool, cls), drafts) if drafts else 1.0
 
+    def _per_plain_step(self, pool: str, cls: str, batch: float) -> float:
+        """A class's TPOT on `pool` at `batch`, per unit of plain-equivalent step time: the
+        drafting step's cost over a plain one's, by the priors, over the tokens it yields."""
+        drafts = self.schedule(pool).drafts(max(round(batch), 1))
+        if not drafts:
+            return 1.0
+        cost = self.priors.step(batch, drafts) / self.priors.step(batch, 0)
+        return cost / tokens_per_step(self.acceptance.rate(pool, cls), drafts)
+
     def observe(self, pool: str, cls: str, load: int, ttft_s: float | None, tpot_s: float | None,
                 per_step: float | None = None, drafts: int | None = None) -> None:
         """One answered request; a missing, negative or non-finite measure is left out.
@@ -134,8 +143,10 @@ class LatencyModel:
         drafts = self.schedule(pool).drafts(batch) if drafts is None else drafts
         if per_step is not None and drafts > 0:
             self.acceptance.observe(pool, cls, per_step, drafts)
-        if tpot_s is not None:
-            tpot_s *= per_step if per_step is not None and per_step >= 1 else self.tokens_per_step(pool, cls, batch)
+        if tpot_s is not None and drafts:  # to a plain step's time: what the tables keep
+            cost = self.priors.step(batch, drafts) / self.priors.step(batch, 0)
+            tokens = per_step if per_step is not None and per_step >= 1 else self.tokens_per_step(pool, cls, batch)
+            tpot_s *= tokens / cost
         key = (pool, cls)
         pair = self._pairs.get(key)
         if pair is None:
@@ -160,8 +171,8 @@ class LatencyModel:
         keep = math.exp(self._decay_rate * (self._clock() - pair.fitted_at)) if pair.fitted_at > -math.inf else 1.0
         ttft, ttft_var, ttft_seen = pair.ttft.read(load_bucket(load, self._last), keep)
         step, step_var, tpot_seen = pair.tpot.read(load_bucket(load + 1, self._last), keep)
-        per_step = self.tokens_per_step(pool, cls, load + 1)
-        tpot, tpot_var = step / per_step, step_var / (per_step * per_step)
+        factor = self._per_plain_step(pool, cls, load + 1)
+        tpot, tpot_var = step * factor, step_var * factor * factor
         variance = ttft_var + expected_tokens * expected_tokens * tpot_var
         return Prediction(ttft, tpot, ttft + expected_tokens * tpot, min(ttft_seen, tpot_seen), math.sqrt(variance))
 
@@ -174,9 +185,10 @@ class LatencyModel:
         if there == here:
             here -= 1
         table = pair.tpot.fit_mean
-        per_step = self.tokens_per_step(pool, cls, load + 1)
-        rise = table[there] / self.tokens_per_step(pool, cls, round(bucket_load(there))) - table[here] / per_step
-        return max(0.0, rise / (bucket_load(there) - bucket_load(here)))
+        low, high = bucket_load(here), bucket_load(there)
+        rise = (table[there] * self._per_plain_step(pool, cls, high + 1)
+                - table[here] * self._per_plain_step(pool, cls, low + 1))
+        return max(0.0, rise / (high - low))
 
     def sample(self, pool: str, cls: str, load: int, tokens: float, rng: random.Random) -> float:
         """A Thompson draw of E2E: normal around the prediction with its standard error."""
@@ -253,13 +265,13 @@ class LatencyModel:
                 self._fit_pool(cold, schedule)
 
     def _priors_of(self, schedule: Schedule) -> tuple[list[float], list[float]]:
-        """The prior TTFT and step-time tables of a drafting schedule, by load bucket."""
-        tables = self._prior_tables.get(schedule)
+        """The prior TTFT and plain-step tables by load bucket (the same for every schedule:
+        the tables keep plain-equivalent step times, `_per_plain_step` turns them into TPOT)."""
+        tables = self._prior_tables.get(Schedule())
         if tables is None:
             loads = [bucket_load(b) for b in range(self._buckets)]
-            tables = self._prior_tables[schedule] = (
-                [self.priors.ttft(load) for load in loads],
-                [self.priors.step(load, schedule.drafts(max(round(load), 1))) for load in loads])
+            tables = self._prior_tables[Schedule()] = ([self.priors.ttft(load) for load in loads],
+                                                        [self.priors.step(load, 0) for load in loads])
         return tables
 
     def _cold_curve(self, schedule: Schedule) -> Pair:

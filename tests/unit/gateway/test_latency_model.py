@@ -168,7 +168,9 @@ def test_the_least_recently_updated_pair_goes_first() -> None:
     ("standard", 0, 0.06, 0.0103),
     ("spec", 0, 0.06, DRAFTING_STEP / CHAT_PER_STEP),
     ("standard", 1, 0.0603, 0.0103 + 0.0003 * 1.5),  # TPOT at a batch of 2-3, which stands at 2.5
-    ("spec", 1, 0.0603, (DRAFTING_STEP + 1.5 * 0.0003 * (1 + 3 * 0.8)) / CHAT_PER_STEP),
+    # the plain step of the bucket, times what drafting costs over a plain step at the request's batch of 2
+    ("spec", 1, 0.0603, (0.0103 + 0.0003 * 1.5) * (DRAFTING_STEP + 0.0003 * (1 + 3 * 0.8)) / (0.0103 + 0.0003)
+     / CHAT_PER_STEP),
 ])
 def test_priors_answer_for_a_pair_with_no_data(pool: str, load: int, ttft: float, tpot: float) -> None:
     model = LatencyModel(SPECULATIVE, clock=Clock())
