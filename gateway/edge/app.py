@@ -135,6 +135,9 @@ class GatewayParts:
             return
         self.latency.observe(measurement.pool, measurement.traffic_class, measurement.load,
                              measurement.ttft_s, measurement.tpot_s, per_step, drafts)
+        if per_step is not None and measurement.pool in self.runtime.policy.speculative_pools:
+            rate = self.latency.acceptance.rate(measurement.pool, measurement.traffic_class)
+            self.metrics.acceptance.labels(measurement.pool, measurement.traffic_class).set(rate)
         if self.learning is not None:  # shared with the other replicas at the next flush
             self.learning.record(Observation(measurement.pool, measurement.traffic_class, measurement.load,
                                              measurement.ttft_s, measurement.tpot_s))
