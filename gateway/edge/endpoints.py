@@ -136,26 +136,29 @@ class ProxyEndpoints:
                         priority: int) -> Routed:
         """`routed`, or, while every candidate is past its objective and waiting pays, the
         decision taken again each time a lease comes back (gateway/decide/admission.py)."""
-        deadline = None
-        gate = self.runtime.gate
+        gate, first, deadline = self.runtime.gate, None, 0.0
+        rank = (0, 0)
         while routed.decision.fastest is not None and self.latency is not None:
             held = hold(routed.decision.fastest, self.runtime.policy.pools, self.latency, gate.ahead(priority))
-            if held is None:
-                break
             now = time.perf_counter()
-            deadline = now + held.budget_s if deadline is None else deadline
-            if deadline <= now:
+            if held is None or (first is not None and deadline <= now):
                 break
+            if first is None:
+                first, rank, deadline = now, gate.rank(priority), now + held.budget_s
             self.metrics.admission_held.inc()
             try:
-                woke = await gate.wait(held.pools, priority, min(held.budget_s, deadline - now))
+                woke = await gate.wait(held.pools, rank, min(held.budget_s, deadline - now))
             finally:
                 self.metrics.admission_held.dec()
-            self.metrics.admission_wait.observe(time.perf_counter() - now)
-            self.metrics.admission_holds.labels("released" if woke else "budget").inc()
             routed = self.route(body, endpoint, headers)
             if not woke:
                 break
+        if first is not None:
+            waited = time.perf_counter() - first
+            outcome = "budget" if time.perf_counter() >= deadline else "released"
+            self.metrics.admission_wait.observe(waited)
+            self.metrics.admission_holds.labels(outcome).inc()
+            self.log.info("admission_held", waited=round(waited, 4), outcome=outcome, pool=routed.decision.pool)
         return routed
 
     async def passthrough(self, request: Request) -> ASGIApp:

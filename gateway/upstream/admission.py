@@ -36,10 +36,15 @@ class AdmissionGate:
         """Held requests that a newcomer of `priority` would wait behind."""
         return sum(1 for h in self._held if not h.future.done() and -h.rank[0] >= priority)
 
-    async def wait(self, pools: tuple[str, ...], priority: int, budget_s: float) -> bool:
+    def rank(self, priority: int) -> tuple[int, int]:
+        """A request's place: its priority, then its first arrival at the gate. A request
+        woken but still over the objectives waits again in the place it had."""
+        return -priority, next(self._arrivals)
+
+    async def wait(self, pools: tuple[str, ...], rank: tuple[int, int], budget_s: float) -> bool:
         """Until a lease comes back on one of `pools` (True) or the budget runs out (False)."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._held, _Held((-priority, next(self._arrivals)), frozenset(pools), future))
+        heapq.heappush(self._held, _Held(rank, frozenset(pools), future))
         try:
             await asyncio.wait_for(asyncio.shield(future), budget_s)
             return True

@@ -76,7 +76,7 @@ def test_the_gate_releases_by_priority_then_arrival_and_spends_budgets() -> None
         order: list[str] = []
 
         async def held(name: str, priority: int, pools: tuple[str, ...]) -> None:
-            woke = await gate.wait(pools, priority, 30.0)
+            woke = await gate.wait(pools, gate.rank(priority), 30.0)
             order.append(name if woke else f"{name}:budget")
 
         tasks = [asyncio.create_task(held("low", 0, ("a",))), asyncio.create_task(held("high", 5, ("a", "b"))),
@@ -89,7 +89,7 @@ def test_the_gate_releases_by_priority_then_arrival_and_spends_budgets() -> None
             await asyncio.sleep(0)
         gate.released("b")
         await asyncio.gather(*tasks)
-        budget = await gate.wait(("a",), 0, 0.0)
+        budget = await gate.wait(("a",), gate.rank(0), 0.0)
         return [*order, str(budget)]
 
     assert asyncio.run(scenario()) == ["high", "low", "low2", "b-only", "False"]
@@ -98,7 +98,7 @@ def test_the_gate_releases_by_priority_then_arrival_and_spends_budgets() -> None
 def test_a_cancelled_waiter_leaves_the_gate() -> None:
     async def scenario() -> int:
         gate = AdmissionGate()
-        task = asyncio.create_task(gate.wait(("a",), 0, 30.0))
+        task = asyncio.create_task(gate.wait(("a",), gate.rank(0), 30.0))
         while gate.held < 1:
             await asyncio.sleep(0)
         task.cancel()
