@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from gateway.decide.latency import LatencyModel
+from gateway.policy.kinds import PoolKind, schedule_of
 
 POOLS = ("speculative", "standard")
 CLASSES = tuple(f"{domain}/{bucket}" for domain in ("chat", "code", "math", "summarization")
@@ -49,7 +50,7 @@ def main() -> None:
     print("| call | p50 µs | p99 µs | mean µs |")
     print("|---|---|---|---|")
     for refit_s, label in ((0.1, ""), (0.0, ", refit every time")):
-        model = LatencyModel(speculative_pools=["speculative"], refit_s=refit_s)
+        model = LatencyModel({"speculative": schedule_of(PoolKind.SPECULATIVE, 3)}, refit_s=refit_s)
         for pool, cls, load, ttft, tpot in picks:  # warm: every pair has data and a fitted table
             model.observe(pool, cls, load, ttft, tpot)
         for pool, cls, load, _, _ in picks:

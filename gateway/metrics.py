@@ -59,6 +59,20 @@ class GatewayMetrics:
 
         self._add_shared_state(r)
         self._add_capture(r)
+        self._add_admission(r)
+
+    def _add_admission(self, r: CollectorRegistry) -> None:
+        """Requests held at the gateway while every candidate is past its objective (docs/routing.md)."""
+        self.admission_held = Gauge("specgate_admission_held", "Requests held at the gateway now", registry=r)
+        self.admission_holds = Counter("specgate_admission_holds",
+                                       "Holds at the gateway, by how they ended: released (a lease came back) "
+                                       "or budget (waiting stopped paying; admitted as it was)",
+                                       ["outcome"], registry=r)
+        self.admission_wait = Histogram("specgate_admission_wait_seconds", "Time a held request waited",
+                                        buckets=LATENCY_BUCKETS, registry=r)
+        self.acceptance = Gauge("specgate_acceptance_rate",
+                                "Learned per-token draft acceptance, by pool and traffic class",
+                                ["pool", "class"], registry=r)
 
     def _add_shared_state(self, r: CollectorRegistry) -> None:
         """What several gateways sharing a Redis report (docs/state.md)."""

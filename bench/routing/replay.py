@@ -30,6 +30,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -57,6 +59,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--time-scale", type=float, default=1.0, help="sim only: 1.0 is modelled GPU speed")
     parser.add_argument("--sim-arg", action="append", default=[], help="sim only: passed to every `specgate sim`")
     parser.add_argument("--model", default=stack.MODEL)
+    parser.add_argument("--gateway-policy", type=Path, help="sim only: the gateway way's policy (default: "
+                        "policies/default.yaml); one simulator of its pool's kind per endpoint it lists")
     parser.add_argument("--out", type=Path, default=OUT, help="where traces and results are written")
     return parser.parse_args()
 
@@ -69,7 +73,8 @@ def run_way(args: argparse.Namespace, way: str, trace: traces.Trace, work: Path,
         url, running = vllm_way(args, way, trace, work, replicas)
     elif args.sim:
         sim_args = [part for arg in args.sim_arg for part in arg.split()]
-        running = stack.start(way, work, args.time_scale, sim_args)
+        gateway = yaml.safe_load(args.gateway_policy.read_text()) if args.gateway_policy else None
+        running = stack.start(way, work, args.time_scale, sim_args, gateway)
         url, sims = running.url, running.sims
     else:
         running, url = None, getattr(args, way)

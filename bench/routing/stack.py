@@ -2,8 +2,9 @@
 
 Every way gets the same hardware, two simulated replicas, and the same proxy:
 
-- gateway: one speculative and one standard replica as the two pools of
-  `policies/default.yaml`, used untouched but for the endpoint URLs;
+- gateway: the replicas `policies/default.yaml` (or `--gateway-policy`)
+  describes, one simulator of the pool's kind per endpoint it lists, the
+  policy used untouched but for the endpoint URLs;
 - speculative, standard, dynamic: both replicas of that kind as ONE pool of two
   endpoints behind the same gateway, every request routed to it by a fixed rule
   (the pool's endpoint choice balances the two), guard off.
@@ -57,20 +58,40 @@ def default_policy() -> dict[str, Any]:
     return loaded
 
 
-def gateway_policy(urls: list[str]) -> dict[str, Any]:
-    """default.yaml with its two pools pointed at `urls` (speculative, standard)."""
-    policy = default_policy()
-    for name, url in zip(("speculative", "standard"), urls, strict=True):
-        policy["pools"][name]["endpoints"] = [{"url": url}]
+def replica_kinds(policy: dict[str, Any]) -> list[str]:
+    """One kind per endpoint the policy lists, pool by pool: the replicas its gateway way runs on."""
+    return [pool["kind"] for pool in policy["pools"].values() for _ in pool["endpoints"]]
+
+
+def gateway_policy(policy: dict[str, Any], urls: list[str]) -> dict[str, Any]:
+    """`policy` with its pools' endpoints pointed at `urls`, in the order `replica_kinds` gives."""
+    policy = copy.deepcopy(policy)
+    remaining = iter(urls)
+    for pool in policy["pools"].values():
+        pool["endpoints"] = [{"url": next(remaining)} for _ in pool["endpoints"]]
     return policy
 
 
-def fixed_policy(kind: str, urls: list[str]) -> dict[str, Any]:
+def sim_schedule(sim_args: list[str]) -> list[list[int]]:
+    """The drafting schedule of a dynamic simulator started with `sim_args`: its calibration's draft
+    tokens up to its `speculative_max_batch`, as a dynamic pool states it."""
+    from backends.sim.model import CALIBRATIONS
+
+    calibration = "8b-a100"
+    if "--calibration" in sim_args:
+        calibration = sim_args[sim_args.index("--calibration") + 1]
+    params = CALIBRATIONS[calibration]
+    return [[1, params.speculative_max_batch, params.num_speculative_tokens]]
+
+
+def fixed_policy(kind: str, urls: list[str], schedule: list[list[int]] | None = None) -> dict[str, Any]:
     """One pool of `urls`, every request routed to it, the rest as default.yaml's standard pool."""
     policy = default_policy()
     pool = copy.deepcopy(policy["pools"]["standard"])
     pool["endpoints"] = [{"url": url} for url in urls]
-    pool["kind"] = "speculative" if kind == "speculative" else "standard"
+    pool["kind"] = kind
+    if kind == "dynamic":  # what the simulators' switch does: draft up to their speculative_max_batch
+        pool["speculation_schedule"] = schedule or [[1, 32, 3]]
     policy["pools"] = {kind: pool}
     policy["default_pool"] = kind
     policy["rules"] = [{"name": "fixed", "route": kind, "reason": f"always {kind}"}]
@@ -84,15 +105,18 @@ def _spawn(args: list[str], log: Path | None = None) -> subprocess.Popen[bytes]:
                             stdout=subprocess.DEVNULL, stderr=err)
 
 
-def start(way: str, work: Path, time_scale: float, sim_args: list[str]) -> Stack:
-    kinds = WAYS[way]
+def start(way: str, work: Path, time_scale: float, sim_args: list[str],
+          gateway: dict[str, Any] | None = None) -> Stack:
+    """`gateway`: the gateway way's policy (default.yaml when None)."""
+    gateway = gateway or default_policy()
+    kinds = replica_kinds(gateway) if way == "gateway" else WAYS[way]
     procs, urls = [], []
     for seed, kind in enumerate(kinds, 1):
         port = free_port()
         procs.append(_spawn(["sim", "--kind", kind, "--port", str(port), "--model", MODEL,
                              "--time-scale", str(time_scale), "--seed", str(seed), *sim_args]))
         urls.append(f"http://127.0.0.1:{port}")
-    policy = gateway_policy(urls) if way == "gateway" else fixed_policy(way, urls)
+    policy = gateway_policy(gateway, urls) if way == "gateway" else fixed_policy(way, urls, sim_schedule(sim_args))
     path = work / f"policy-{way}.yaml"
     path.write_text(yaml.safe_dump(policy))
     port = free_port()

@@ -9,6 +9,10 @@
 - shift: 50 s whose mix moves from code and math at temperature 0-0.3 (what
   drafts predict well) at ~2 requests/s to chat at temperature 1.0-1.5 (what
   they predict badly) at ~8 requests/s.
+- hard: 60 s of more code and more hot sampling (temperatures up to 1.8)
+  than the others, ~3 requests/s with a sustained overload of ~9 requests/s
+  from 20 s to 40 s, and at 30 s the drafts of a second domain degrade
+  (`{"domain_quality": {"math": 0.1}}`).
 - mixed: the earlier single trace (`--requests`, `--duration`): a trickle and
   two bursts, temperatures 0-1.5.
 - copy-chat (`--requests`, `--duration`, for real vLLM backends): half prompts
@@ -117,6 +121,18 @@ def shift(rng: random.Random, count: int, duration_s: float) -> Trace:
     return Trace("shift", requests)
 
 
+HARD_TEMPERATURES = (0.0, 0.0, 0.3, 1.0, 1.2, 1.5, 1.5, 1.8)
+HARD_DOMAINS = ["code", "code", "code", "chat", "chat", "math", "math"]
+
+
+def hard(rng: random.Random, count: int, duration_s: float) -> Trace:
+    def rate(t: float) -> float:
+        return 9.0 if 20.0 <= t < 40.0 else 3.0
+
+    requests = [_request(rng, at, HARD_DOMAINS, HARD_TEMPERATURES) for at in _poisson(rng, rate, 0.0, 60.0)]
+    return Trace("hard", requests, [Control(30.0, {"domain_quality": {"math": 0.1}})])
+
+
 def mixed(rng: random.Random, count: int, duration_s: float) -> Trace:
     """A steady trickle plus two bursts of simultaneous arrivals."""
     arrivals = sorted(rng.uniform(0, duration_s) for _ in range(count // 2))
@@ -189,7 +205,7 @@ def copy_chat(rng: random.Random, count: int, duration_s: float) -> Trace:
 
 
 KINDS: dict[str, Callable[[random.Random, int, float], Trace]] = {
-    "light": light, "bursty": bursty, "collapse": collapse, "shift": shift, "mixed": mixed,
+    "light": light, "bursty": bursty, "collapse": collapse, "shift": shift, "hard": hard, "mixed": mixed,
     "copy-chat": copy_chat,
 }
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from bench.routing.stack import fixed_policy, gateway_policy
+from bench.routing.stack import default_policy, fixed_policy, gateway_policy
 from bench.routing.traces import Request
 from specgate.ops.measure import timed_request
 from specgate.up import Service, gateway_service, stop_all, vllm_backends, wait_healthy
@@ -80,7 +80,7 @@ class Replicas:
 
 def start_gateway(way: str, urls: list[str], work: Path) -> tuple[str, Service]:
     """`specgate serve` over `urls` with the way's policy, as the sim ways have it."""
-    policy = gateway_policy(urls) if way == "gateway" else fixed_policy(way, urls)
+    policy = gateway_policy(default_policy(), urls) if way == "gateway" else fixed_policy(way, urls)
     path = work / f"policy-{way}.yaml"
     path.write_text(yaml.safe_dump(policy))
     port = free_port()

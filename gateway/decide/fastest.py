@@ -1,10 +1,21 @@
-"""`route: fastest`: of a rule's candidate pools, the one predicted to answer first.
+"""`route: fastest`: of a rule's candidate pools, the one that costs the fleet least.
 
 Per candidate the latency model predicts
 
     E2E = TTFT(load) + expected tokens x TPOT(load + 1)
 
-at the pool's load as the request sees it, for the request's traffic class.
+at the pool's load as the request sees it, for the request's traffic class,
+and the cost is that plus the delay the request adds to the ones already
+running there:
+
+    cost = E2E + load x (expected tokens / 2) x dTPOT/dload
+
+each running sequence having on average half its tokens still to go, each
+slowed by the slope of the pool's curve at its load (LatencyModel.marginal_tpot).
+Placing by own E2E alone piles requests onto the pool that is fastest for
+each of them while it slows everyone there; the cost to the fleet is what the
+sum of everyone's latency sees. On an idle pool the added delay is nil, so
+light load is placed by E2E alone.
 The expected tokens are the request's max_tokens capped by the policy's
 `routing.typical_output_tokens`: max_tokens is an upper bound most answers
 stop well short of, and a fixed cap keeps the choice a pure function of the
@@ -42,7 +53,7 @@ from typing import Any
 
 from gateway.decide.features import Features
 from gateway.decide.latency import LatencyModel, Prediction
-from gateway.decide.traffic import traffic_class
+from gateway.policy.classes import traffic_class
 
 EXPLORE_SHARE = 0.02  # at most this share of decisions goes to a stale candidate that is not the best
 STALE_SAMPLES = 1.0  # an estimate resting on less remembered weight than one answer is stale
@@ -54,19 +65,25 @@ class Estimate:
     pool: str
     load: int
     predicted: Prediction
-    sample_s: float  # the Thompson draw of E2E (the mean without a generator)
+    added_s: float  # the delay it adds to the requests already running on the pool
+    sample_s: float  # the Thompson draw of E2E, plus added_s (the mean without a generator)
+
+    @property
+    def cost_s(self) -> float:
+        return self.predicted.e2e_s + self.added_s
 
     def to_json(self) -> dict[str, Any]:
         p = self.predicted
         return {"pool": self.pool, "load": self.load, "ttft_s": p.ttft_s, "tpot_s": p.tpot_s, "e2e_s": p.e2e_s,
-                "stddev_e2e_s": p.stddev_e2e, "samples": p.samples, "sampled_e2e_s": self.sample_s}
+                "stddev_e2e_s": p.stddev_e2e, "samples": p.samples, "added_s": self.added_s,
+                "cost_s": self.cost_s, "sampled_cost_s": self.sample_s}
 
 
 @dataclass(frozen=True, slots=True)
 class Fastest:
     pool: str  # the winner of the draw
-    best: str  # the winner by predicted mean: the class's preferred pool
-    estimates: tuple[Estimate, ...]  # by predicted mean, fastest first
+    best: str  # the winner by predicted mean cost: the class's preferred pool
+    estimates: tuple[Estimate, ...]  # by predicted mean cost, cheapest first
     traffic: str
     tokens: int
 
@@ -90,21 +107,21 @@ class Fastest:
 
 def model_class(features: Features, domains: Collection[str], default_domain: str) -> str:
     """The class a request is predicted under: an undefined domain (a header's) counts as the default one."""
-    domain = features.domain if features.domain in domains else default_domain
-    return traffic_class(domain, features.temperature)
+    return traffic_class(features.domain, features.temperature, domains, default_domain)
 
 
 def fastest(pools: Sequence[str], features: Features, traffic: str, tokens: int, model: LatencyModel,
             rng: random.Random | None) -> Fastest:
-    """The pool of `pools` (at least one) with the smallest E2E draw."""
+    """The pool of `pools` (at least one) with the smallest draw of its cost to the fleet."""
     estimates = []
     for pool in pools:
         load = features.load.get(pool, 0)
         predicted = model.predict(pool, traffic, load, tokens)
+        added = load * tokens / 2 * model.marginal_tpot(pool, traffic, load) if load else 0.0
         # LatencyModel.sample's draw, from the prediction in hand rather than a second lookup
         sample = predicted.e2e_s if rng is None else max(0.0, rng.gauss(predicted.e2e_s, predicted.stddev_e2e))
-        estimates.append(Estimate(pool, load, predicted, sample))
-    estimates.sort(key=lambda e: e.predicted.e2e_s)
+        estimates.append(Estimate(pool, load, predicted, added, sample + added))
+    estimates.sort(key=lambda e: e.cost_s)
     chosen = min(estimates, key=lambda e: e.sample_s)
     if rng is not None and rng.random() < EXPLORE_SHARE:
         stale = [e for e in estimates[1:] if e.predicted.samples < STALE_SAMPLES]

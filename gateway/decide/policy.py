@@ -25,6 +25,9 @@ from gateway.decide.features import Defaults
 from gateway.decide.pacing_spec import PacingSpec
 from gateway.decide.priority_spec import HIGHEST, LOWEST, PrioritySpec
 from gateway.decide.yaml_lines import YamlError, load_with_lines
+from gateway.policy.guard import GuardSpec
+from gateway.policy.kinds import KINDS, PoolKind, Schedule, check_schedule, schedule_of
+from gateway.policy.priors import PriorsSpec, SloSpec
 
 
 class Strict(BaseModel):
@@ -82,7 +85,9 @@ class QueueSpec(Strict):
 
 
 class PoolSpec(Balanced):  # Strict, with `balance` and `affinity` (balance_spec.py)
-    kind: Literal["speculative", "standard"]
+    kind: PoolKind  # its row in gateway/policy/kinds.py
+    speculation_schedule: list[list[int]] | None = None  # dynamic: [[lo, hi, k], ...] by batch size
+    slo: SloSpec = SloSpec()  # the objective admission keeps its running requests within
     endpoints: list[EndpointSpec] = Field(min_length=1)
     model: str | None = None  # upstream model name the client's model is rewritten to
     fallback: str | None = None
@@ -105,6 +110,18 @@ class PoolSpec(Balanced):  # Strict, with `balance` and `affinity` (balance_spec
             raise ValueError("api_key must reference the environment as os.environ/NAME; "
                              "keys are never written in the policy")
         return value
+
+    @model_validator(mode="after")
+    def _schedule(self) -> PoolSpec:
+        declares = KINDS[self.kind].declares_schedule
+        if declares and not self.speculation_schedule:
+            raise ValueError(f"a {self.kind} pool states its speculation_schedule: [[lo, hi, k], ...]")
+        if not declares and self.speculation_schedule is not None:
+            raise ValueError(f"speculation_schedule goes with kind: dynamic, not {self.kind}")
+        problems = check_schedule(self.speculation_schedule or [])
+        if problems:
+            raise ValueError("speculation_schedule: " + "; ".join(problems))
+        return self
 
     def upstream_api_key(self) -> str | None:
         return None if self.api_key is None else os.environ.get(self.api_key.removeprefix("os.environ/"))
@@ -141,74 +158,12 @@ class RoutingSpec(Strict):
     """`route: fastest` expects min(max_tokens, typical_output_tokens) tokens (docs/routing.md)."""
     typical_output_tokens: int = Field(default=256, ge=1)
     half_life_s: float = Field(default=10.0, gt=0)  # how fast measurements are forgotten
+    priors: PriorsSpec = PriorsSpec()  # acceptance per class and cold step times (gateway/policy/priors.py)
 
 
 class OverridesSpec(Strict):
     route_header: bool = False  # honour x-specgate-route
     domain_header: bool = False  # honour x-specgate-domain
-
-
-class AcceptRateSpec(Strict):
-    trip_below: float = Field(default=0.4, ge=0, le=1)
-    recover_above: float = Field(default=0.55, ge=0, le=1)
-
-
-class SpeculativeGuardSpec(Strict):
-    accept_rate: AcceptRateSpec = AcceptRateSpec()
-    latency_regression_pct: float = Field(default=20.0, ge=0)
-    trip_after: int = Field(default=3, ge=1)
-    recover_after: int = Field(default=5, ge=1)
-    min_hold_s: float = Field(default=60.0, ge=0)
-    min_draft_tokens: int = Field(default=200, ge=0)
-    probe_fraction: float = Field(default=0.05, ge=0, le=1)
-
-
-class TargetSpec(Strict):
-    """How PromQL selects a pool's series: `label` matches `value`, where
-    `{endpoints}` stands for the pool's endpoints as host:port and `{pool}`
-    for its name (e.g. label: pool, value: "{pool}" behind relabeling)."""
-    label: str = Field(default="instance", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-    value: str = "{endpoints}"
-
-
-class ClassGuardSpec(Strict):
-    """Per traffic class (domain x temperature bucket): speculation goes off
-    for a class whose gateway-measured time per output token on the
-    speculative pool is `slower_pct` above the standard pool's."""
-    enabled: bool = False
-    min_samples: int = Field(default=20, ge=1)  # streamed answers per pool in the window
-    slower_pct: float = Field(default=10.0, ge=0)
-
-
-GuardQuery = Literal["accept_rate", "mean_accepted_length", "draft_tokens", "itl_p95", "e2e_p95",
-                     "tpot_p95", "running", "waiting"]
-
-
-class GuardSpec(Strict):
-    enabled: bool = True
-    source: Literal["prometheus", "scrape"] = "scrape"
-    interval_s: float = Field(default=15.0, gt=0)
-    window: str = Field(default="5m", pattern=r"^[0-9]+[smh]$")
-    speculative: SpeculativeGuardSpec = SpeculativeGuardSpec()
-    stale_after_s: float | None = Field(default=None, gt=0)  # unreadable this long: fall back (off: never)
-    baseline_file: str | None = None  # `specgate baseline record` output; else the standard pool
-    latency_metric: Literal["itl", "e2e", "tpot"] = "itl"
-    queries: dict[GuardQuery, str] = {}  # PromQL overrides; $selector, $window, $pool expand
-    target: TargetSpec = TargetSpec()
-    classes: ClassGuardSpec = ClassGuardSpec()
-
-    @property
-    def window_s(self) -> float:
-        return float(self.window[:-1]) * {"s": 1, "m": 60, "h": 3600}[self.window[-1]]
-
-    @model_validator(mode="after")
-    def _consistent(self) -> GuardSpec:
-        if self.queries and self.source != "prometheus":
-            raise ValueError("guard.queries are PromQL: they need source: prometheus")
-        if self.source == "scrape" and self.window_s < 2 * self.interval_s:
-            raise ValueError(f"window {self.window} holds fewer than two scrapes {self.interval_s:g} s apart: "
-                             "the scrape source needs window >= 2 x interval_s")
-        return self
 
 
 class PolicySpec(Strict):
@@ -266,19 +221,25 @@ class Policy:
         """The standard pool `pool`'s latency is compared with: the pool it falls
         back to when that one is standard, else the policy's first standard pool."""
         chain = self.fallback_chain(pool)
-        if len(chain) > 1 and self.pools[chain[1]].kind == "standard":
+        if len(chain) > 1 and chain[1] in self.standard_pools:
             return chain[1]
         return next(iter(self.standard_pools), None)
 
     @cached_property
+    def schedules(self) -> dict[str, Schedule]:
+        """How each pool drafts by batch size, from its kind's row."""
+        k = self.spec.routing.priors.draft_tokens
+        return {name: schedule_of(pool.kind, k, pool.speculation_schedule) for name, pool in self.pools.items()}
+
+    @cached_property
     def speculative_pools(self) -> tuple[str, ...]:
-        """The pools of kind speculative, in the policy's order: the ones the guard watches."""
-        return tuple(name for name, pool in self.pools.items() if pool.kind == "speculative")
+        """The pools whose kind drafts and reports acceptance, in the policy's order: the ones the guard watches."""
+        return tuple(name for name, pool in self.pools.items() if KINDS[pool.kind].reports_acceptance)
 
     @cached_property
     def standard_pools(self) -> tuple[str, ...]:
-        """The pools of kind standard, in the policy's order."""
-        return tuple(name for name, pool in self.pools.items() if pool.kind == "standard")
+        """The pools that never draft, in the policy's order."""
+        return tuple(name for name, schedule in self.schedules.items() if not schedule.ever_drafts)
 
     @cached_property
     def _fallback_chains(self) -> dict[str, tuple[str, ...]]:

@@ -20,16 +20,15 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from gateway.decide.fastest import Fastest, fastest, model_class
 from gateway.decide.features import Features, extract_features
-from gateway.decide.latency import LatencyModel
+from gateway.decide.latency import LatencyModel, LatencyPriors
 from gateway.decide.policy import FASTEST, CompiledRule, Policy
-from gateway.decide.traffic import traffic_class
 from gateway.errors import InvalidRequest
 from gateway.flags import FlagSnapshot
+from gateway.policy.classes import traffic_class
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,16 +101,16 @@ def decide(features: Features, policy: Policy, flags: FlagSnapshot, draw: float 
     for rule in policy.rules:
         if rule.matches is None or rule.matches(features):
             if rule.route == FASTEST:
-                return _fastest(rule, features, policy, flags, draw, model or cold_model(policy.speculative_pools),
+                return _fastest(rule, features, policy, flags, draw, model or cold_model(policy),
                                 rng)
             return _guarded(Decision(rule.route, rule.name, rule.reason), features, policy, flags, draw)
     return _guarded(Decision(policy.default_pool, "default_pool", "no rule matched"), features, policy, flags, draw)
 
 
-@lru_cache(maxsize=8)
-def cold_model(speculative_pools: tuple[str, ...]) -> LatencyModel:
-    """A model that has measured nothing: its predictions are the priors."""
-    return LatencyModel(speculative_pools)
+def cold_model(policy: Policy) -> LatencyModel:
+    """A model that has measured nothing: its predictions are the policy's priors."""
+    routing = policy.spec.routing
+    return LatencyModel(policy.schedules, LatencyPriors(routing.priors), half_life_s=routing.half_life_s)
 
 
 def _fastest(rule: CompiledRule, features: Features, policy: Policy, flags: FlagSnapshot, draw: float,
@@ -176,5 +175,5 @@ def _fallback(pool: str, policy: Policy, flags: FlagSnapshot) -> str:
         flag = flags.get(candidate)
         if flag is None or flag.routable:
             return candidate
-    standard = [n for n, p in policy.pools.items() if p.kind == "standard" and n not in chain]
+    standard = [n for n, p in policy.pools.items() if n in policy.standard_pools and n not in chain]
     return standard[0] if standard else pool

@@ -1,7 +1,7 @@
 """Traffic classes and the time per output token each class sees, per pool.
 
 A class is a domain (from the policy's classifier) and a fixed temperature
-bucket, written `domain/bucket`. `ClassLatency` keeps a sliding window of
+band, written `domain/band` (gateway/policy/classes.py computes it). `ClassLatency` keeps a sliding window of
 time-per-output-token per (class, pool), as measured on relayed streams
 (gateway.upstream.meter), for the guard to compare.
 """
@@ -13,20 +13,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-
-TEMPERATURE_BUCKETS = ((0.0, "greedy"), (0.5, "low"), (1.0, "mid"))  # upper bound (inclusive), name
-HOT = "hot"
-
-
-def temperature_bucket(temperature: float) -> str:
-    for bound, name in TEMPERATURE_BUCKETS:
-        if temperature <= bound:
-            return name
-    return HOT
-
-
-def traffic_class(domain: str, temperature: float) -> str:
-    return f"{domain}/{temperature_bucket(temperature)}"
 
 
 @dataclass(frozen=True)

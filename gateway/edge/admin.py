@@ -70,6 +70,7 @@ class AdminAPI:
         pool = self.proxy.runtime.pools.get(routed.decision.pool)
         if pool is not None:  # the endpoint it would take there now, and why
             answer["endpoint"] = pool.explain(PromptKey(body, endpoint, request.headers))
+        answer["admission"] = self.proxy.admission(routed)
         return _json(answer)
 
     async def get_flags(self, request: Request) -> Response:

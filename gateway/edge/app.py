@@ -27,8 +27,8 @@ from gateway.control.leader import Leader, holder_name
 from gateway.control.reload import PolicyReloader
 from gateway.control.signals import PrometheusSource, ScrapeSource
 from gateway.control.verdicts import SharedVerdicts
-from gateway.decide.latency import LatencyModel
 from gateway.decide.policy import Policy, load_policy
+from gateway.decide.routing import cold_model
 from gateway.decide.traffic import ClassLatency
 from gateway.edge.admin import AdminAPI
 from gateway.edge.auth import ClientKeys
@@ -72,7 +72,7 @@ class GatewayParts:
         self.flags = FlagStore(policy.speculative_pools)
         self.overrides = SharedOverrides(self.state, self.flags) if self.state is not None else None
         self.class_latency = ClassLatency()
-        self.latency = latency_model(policy)
+        self.latency = cold_model(policy)
         self.capture = Capture(policy.spec.capture, self.metrics)
         self.fleet, self.learning = self._shared_routing()
         self.proxy = ProxyEndpoints(settings, self.runtime, self.flags, self.metrics,
@@ -114,21 +114,33 @@ class GatewayParts:
         self.runtime.apply(policy)
         self.capture.apply(policy.spec.capture)
         self.flags.sync_pools(policy.speculative_pools)
-        if (self.latency.speculative_pools != frozenset(policy.speculative_pools)
+        if (self.latency.schedules != policy.schedules or self.latency.priors.spec != policy.spec.routing.priors
                 or self.latency.half_life_s != policy.spec.routing.half_life_s):
-            self.latency = self.proxy.latency = latency_model(policy)  # the priors differ: start again
+            self.latency = self.proxy.latency = cold_model(policy)  # the priors differ: start again
         self.watch_pools()
 
     def observe(self, measurement: Measurement) -> None:
-        """A streamed answer teaches the latency model its TTFT and TPOT. A whole body
-        teaches nothing: its one time cannot be split into the two without a guess,
-        and E2E over tokens would pass the first token's wait off as decoding."""
-        if measurement.streamed and measurement.traffic_class is not None:
-            self.latency.observe(measurement.pool, measurement.traffic_class, measurement.load,
-                                 measurement.ttft_s, measurement.tpot_s)
-            if self.learning is not None:  # shared with the other replicas at the next flush
-                self.learning.record(Observation(measurement.pool, measurement.traffic_class, measurement.load,
-                                                 measurement.ttft_s, measurement.tpot_s))
+        """A streamed answer teaches the latency model its TTFT and TPOT, and any answer
+        its class's acceptance where the backend reported it. A whole body teaches no
+        times: its one time cannot be split into the two without a guess, and E2E over
+        tokens would pass the first token's wait off as decoding."""
+        if measurement.traffic_class is None:
+            return
+        drafting = measurement.drafting
+        per_step, drafts = (None, None) if drafting is None else (drafting.per_step, drafting.drafts)
+        if not measurement.streamed:
+            if drafting is not None and drafting.drafts is not None:
+                self.latency.observe(measurement.pool, measurement.traffic_class, measurement.load, None, None,
+                                     per_step, drafts)
+            return
+        self.latency.observe(measurement.pool, measurement.traffic_class, measurement.load,
+                             measurement.ttft_s, measurement.tpot_s, per_step, drafts)
+        if per_step is not None and measurement.pool in self.runtime.policy.speculative_pools:
+            rate = self.latency.acceptance.rate(measurement.pool, measurement.traffic_class)
+            self.metrics.acceptance.labels(measurement.pool, measurement.traffic_class).set(rate)
+        if self.learning is not None:  # shared with the other replicas at the next flush
+            self.learning.record(Observation(measurement.pool, measurement.traffic_class, measurement.load,
+                                             measurement.ttft_s, measurement.tpot_s))
 
     def learned(self, seen: Observation) -> None:
         """Another replica's observation: into this replica's model as if made here."""
@@ -267,10 +279,6 @@ def state_store(settings: Settings, metrics: GatewayMetrics) -> StateStore | Non
     if not settings.state_url:
         return None
     return StateStore(settings.state_url, settings.state_namespace, metrics, settings.state_timeout_s)
-
-
-def latency_model(policy: Policy) -> LatencyModel:
-    return LatencyModel(policy.speculative_pools, half_life_s=policy.spec.routing.half_life_s)
 
 
 def _up(endpoint: Endpoint) -> int:

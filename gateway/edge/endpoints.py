@@ -17,17 +17,19 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
 from gateway.capture.stage import Capture
+from gateway.decide.admission import hold
 from gateway.decide.features import Features, Limits, check_limits, parse_json_body
 from gateway.decide.latency import LatencyModel
 from gateway.decide.prompt_key import PromptKey
 from gateway.decide.routing import Decision, Overrides, Routed, route
-from gateway.decide.traffic import ClassLatency, traffic_class
+from gateway.decide.traffic import ClassLatency
 from gateway.edge.auth import ClientKeys, Grant
 from gateway.edge.load_view import DecisionLoad
 from gateway.edge.priority import request_priority
 from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, PayloadTooLarge, RequestTimeout
 from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
+from gateway.policy.classes import traffic_class
 from gateway.settings import Settings
 from gateway.upstream.exchange import Exchange, Outgoing, Recorder, usage_hidden
 from gateway.upstream.proxy import Forwarder, request_headers
@@ -104,9 +106,10 @@ class ProxyEndpoints:
         raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout_s)
         body = parse_json_body(raw)
         routed = self.route(body, endpoint, request.headers)
+        priority = request_priority(request.headers, grant, self.runtime.policy, routed.decision.rule)
+        routed = await self._admitted(routed, body, endpoint, request.headers, priority)
         decision, features = routed.decision, routed.features
         check_limits(body, Limits(n=self.settings.max_n, max_tokens=self._max_tokens(decision.pool)))
-        priority = request_priority(request.headers, grant, self.runtime.policy, decision.rule)
         self._count(decision)
         traffic = self._traffic_class(features)
         if self.capture is not None:
@@ -120,6 +123,43 @@ class ProxyEndpoints:
         return self._relay(Exchange(chain, outgoing, request.state.request_id, decision.rule, started,
                                     self.forwarder, self.recorder, degraded=degraded,
                                     traffic=traffic, measured=True, load=features.load, priority=priority))
+
+    def admission(self, routed: Routed) -> dict[str, Any]:
+        """Whether the decision would be held now, and how many are held (for explain)."""
+        gate = self.runtime.gate
+        found = routed.decision.fastest
+        held = None if found is None or self.latency is None else hold(found, self.runtime.policy.pools,
+                                                                       self.latency, gate.ahead(0))
+        return {"held_now": gate.held, "hold": None if held is None else held.to_json()}
+
+    async def _admitted(self, routed: Routed, body: Mapping[str, Any], endpoint: str, headers: Mapping[str, str],
+                        priority: int) -> Routed:
+        """`routed`, or, while every candidate is past its objective and waiting pays, the
+        decision taken again each time a lease comes back (gateway/decide/admission.py)."""
+        gate, first, deadline = self.runtime.gate, None, 0.0
+        rank = (0, 0)
+        while routed.decision.fastest is not None and self.latency is not None:
+            held = hold(routed.decision.fastest, self.runtime.policy.pools, self.latency, gate.ahead(priority))
+            now = time.perf_counter()
+            if held is None or (first is not None and deadline <= now):
+                break
+            if first is None:
+                first, rank, deadline = now, gate.rank(priority), now + held.budget_s
+            self.metrics.admission_held.inc()
+            try:
+                woke = await gate.wait(held.pools, rank, min(held.budget_s, deadline - now))
+            finally:
+                self.metrics.admission_held.dec()
+            routed = self.route(body, endpoint, headers)
+            if not woke:
+                break
+        if first is not None:
+            waited = time.perf_counter() - first
+            outcome = "budget" if time.perf_counter() >= deadline else "released"
+            self.metrics.admission_wait.observe(waited)
+            self.metrics.admission_holds.labels(outcome).inc()
+            self.log.info("admission_held", waited=round(waited, 4), outcome=outcome, pool=routed.decision.pool)
+        return routed
 
     async def passthrough(self, request: Request) -> ASGIApp:
         """Any other /v1/* path goes to the policy's default pool as it is."""

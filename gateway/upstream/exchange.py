@@ -25,6 +25,7 @@ from gateway.decide.prompt_key import PromptKey
 from gateway.decide.traffic import ClassLatency
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
+from gateway.upstream.drafting import Drafting
 from gateway.upstream.meter import Measurement, TokenMeter, UsageTap, completion_tokens
 from gateway.upstream.pacing import ask_token_counts, paces
 from gateway.upstream.pools import Pool
@@ -174,6 +175,7 @@ class Exchange:
     meter: TokenMeter | None = field(default=None, init=False)
     tap: UsageTap | None = field(default=None, init=False)  # a streamed answer's events pass through it
     body_tokens: int | None = field(default=None, init=False)
+    body_drafting: Drafting | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.claim = Claim(self.recorder.lease)
@@ -194,6 +196,7 @@ class Exchange:
         """A whole answer's body, as the relay read it: its usage block counts the tokens."""
         if self.measured:
             self.body_tokens = completion_tokens(content)
+            self.body_drafting = Drafting.reported(content)
 
     def headers(self) -> dict[str, str]:
         """The gateway's own response headers: they name the pool the claim ended on."""
@@ -247,4 +250,5 @@ class Exchange:
             return Measurement.of_stream(pool.name, self.traffic, load, self.meter, self.started, tokens)
         if self.body_tokens is None:
             return None
-        return Measurement(pool.name, self.traffic, load, duration, self.body_tokens, streamed=False)
+        return Measurement(pool.name, self.traffic, load, duration, self.body_tokens, streamed=False,
+                           drafting=self.body_drafting)

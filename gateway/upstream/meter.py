@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from gateway.upstream.drafting import Drafting
+
 USAGE_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*([0-9]+)')
 DONE = b"data: [DONE]"
 FINISH = b'"finish_reason":"'  # a choice's last chunk: its finish_reason is a string, not null
@@ -168,9 +170,12 @@ class Measurement:
     streamed: bool
     ttft_s: float | None = None
     tpot_s: float | None = None
+    drafting: Drafting | None = None  # tokens per step, as the backend reported or its events showed
 
     @classmethod
     def of_stream(cls, pool: str, traffic_class: str | None, load: int, meter: TokenMeter,
                   started: float, tokens: int) -> Measurement:
         ttft, e2e = meter.first - started, meter.last - started
-        return cls(pool, traffic_class, load, e2e, tokens, True, ttft, per_token(e2e - ttft, tokens))
+        drafting = Drafting.reported(meter.tail) or Drafting.of_events(
+            tokens, meter.events, completion_tokens(meter.tail) is not None)
+        return cls(pool, traffic_class, load, e2e, tokens, True, ttft, per_token(e2e - ttft, tokens), drafting)

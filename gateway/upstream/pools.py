@@ -113,8 +113,9 @@ class Lease:
 
 class Pool:
     def __init__(self, name: str, spec: PoolSpec, clock: Callable[[], float] = time.monotonic,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, on_release: Callable[[str], None] | None = None) -> None:
         self.name = name
+        self.on_release = on_release  # a lease came back: the admission gate re-routes a held request
         self.spec = spec
         self.clock = clock
         self.rng = rng or random.Random()
@@ -127,10 +128,6 @@ class Pool:
         by_prefix = balance_of(spec.balance, len(spec.endpoints)) == "prefix"
         self.balancer: Balancer[Endpoint] = (
             PrefixAffinity(spec.affinity, self.rng) if by_prefix else LeastOutstanding(self.rng))
-
-    @property
-    def kind(self) -> str:
-        return self.spec.kind
 
     def has_available(self) -> bool:
         now = self.clock()
@@ -205,6 +202,8 @@ class Pool:
             self._failed(endpoint)
         if self.queue.waiting:
             self.queue.wake()
+        if self.on_release is not None:
+            self.on_release(self.name)
 
     def set_health(self, endpoint: Endpoint, healthy: bool) -> None:
         if endpoint.healthy != healthy:

@@ -15,14 +15,17 @@ from collections.abc import Callable, Iterable, Mapping
 from gateway.decide.policy import Policy
 from gateway.load import LoadReport
 from gateway.state.fleet_load import NOWHERE, Elsewhere, LocalCounts
+from gateway.upstream.admission import AdmissionGate
 from gateway.upstream.pools import Pool
 from gateway.upstream.upstream import Upstream
 
 
 class Runtime:
-    def __init__(self, policy: Policy, reported: LoadReport | None = None) -> None:
+    def __init__(self, policy: Policy, reported: LoadReport | None = None,
+                 gate: AdmissionGate | None = None) -> None:
         self.policy = policy
         self.reported = reported or LoadReport()
+        self.gate = gate or AdmissionGate()  # requests held while every candidate is past its objective
         self.upstreams: dict[str, Upstream] = {}
         self.pools: dict[str, Pool] = {}  # the upstreams' pools, by name
         self.others: Callable[[], Elsewhere] = lambda: NOWHERE  # the other replicas' counts (shared state)
@@ -39,7 +42,7 @@ class Runtime:
             if kept is not None and kept.pool.spec == spec:
                 upstreams[name] = kept
                 continue
-            upstreams[name] = Upstream(Pool(name, spec))
+            upstreams[name] = Upstream(Pool(name, spec, on_release=self.gate.released))
             upstreams[name].pool.elsewhere = functools.partial(self._endpoints_elsewhere, name)
             created.append(upstreams[name].pool)
         self.policy, self.upstreams = policy, upstreams

@@ -22,7 +22,7 @@ import httpx
 
 from gateway.control.signals.model import DIALECTS, PoolSignals, SignalError, Tally, Target, pool_signals, settle
 from gateway.control.signals.prometheus_api import PrometheusClient
-from gateway.decide.policy import GuardSpec
+from gateway.policy.guard import GuardSpec
 
 QUERY_SIGNALS = {"accept_rate": "acceptance_rate", "mean_accepted_length": "mean_accepted_length",
                  "draft_tokens": "volume_tokens", "itl_p95": "itl_p95", "e2e_p95": "e2e_p95",

@@ -26,7 +26,7 @@ from gateway.control.signals.model import (
     finite,
     pool_signals,
 )
-from gateway.decide.policy import GuardSpec
+from gateway.policy.guard import GuardSpec
 
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]  # (sample name, sorted labels)
 Sample = tuple[float, dict[SeriesKey, float]]  # (time, values)

@@ -81,7 +81,9 @@ def test_explain_shows_each_candidates_prediction(gateway_with_traffic):
     assert {c["pool"] for c in found["candidates"]} == {"speculative", "standard"}
     for candidate in found["candidates"]:
         assert candidate["e2e_s"] == pytest.approx(candidate["ttft_s"] + 16 * candidate["tpot_s"])
-        assert candidate["stddev_e2e_s"] > 0 and candidate["sampled_e2e_s"] >= 0
+        assert candidate["stddev_e2e_s"] > 0 and candidate["sampled_cost_s"] >= candidate["added_s"] >= 0
+        assert candidate["cost_s"] == pytest.approx(candidate["e2e_s"] + candidate["added_s"])
+    assert decision["admission"] == {"held_now": 0, "hold": None}  # no pool states an objective
     measured = {c["pool"]: c["samples"] for c in found["candidates"]}
     assert measured["standard"] > 0, "the standard pool's answers were measured"
     assert decision["chain"][0] == decision["pool"] and set(decision["chain"]) == {"speculative", "standard"}

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gateway.control.signals import PrometheusSource, ScrapeSource, SignalError, Target
-from gateway.decide.policy import GuardSpec
+from gateway.policy.guard import GuardSpec
 from tests.integration.guard.conftest import Feeder
 
 WINDOW_S = 8

@@ -16,8 +16,14 @@ from hypothesis import strategies as st
 
 from gateway.decide import latency
 from gateway.decide.latency import LatencyModel, LatencyPriors, bucket_label, load_bucket
+from gateway.policy.kinds import PoolKind, schedule_of
+from gateway.policy.priors import PriorsSpec
 
 CLS = "chat/greedy"
+SPECULATIVE = {"spec": schedule_of(PoolKind.SPECULATIVE, 3)}
+# chat at T=0 accepts 0.72 a token by the default priors: a 3-token draft yields (1 - a^4) / (1 - a) a step
+CHAT_PER_STEP = (1 - 0.72 ** 4) / (1 - 0.72)
+DRAFTING_STEP = 0.0103 * 1.3  # a step that drafts 3 tokens at 0.1 of a plain step each
 
 
 class Clock:
@@ -59,7 +65,7 @@ def test_load_buckets_double_and_end_in_an_open_one(load: int, bucket: int, labe
 def test_converges_to_a_constant_pool(pool: str, load: int, ttft: float, tpot: float, noise: float,
                                       per_s: float, count: int, tolerance: float) -> None:
     clock = Clock()
-    model = LatencyModel(["spec"], clock=clock)
+    model = LatencyModel(SPECULATIVE, clock=clock)
     feed(model, clock, pool, load, ttft, tpot, count, 1 / per_s, noise)
     got = model.predict(pool, CLS, load, 200)
     assert off(got.ttft_s, ttft) < tolerance
@@ -76,7 +82,7 @@ def test_converges_to_a_constant_pool(pool: str, load: int, ttft: float, tpot: f
 def test_follows_a_draft_that_degrades_within_tens_of_seconds(per_s: float, after_s: float,
                                                               tolerance: float) -> None:
     clock = Clock()
-    model = LatencyModel(["spec"], clock=clock)
+    model = LatencyModel(SPECULATIVE, clock=clock)
     feed(model, clock, "spec", 4, 0.1, 0.01, int(120 * per_s), 1 / per_s)
     assert off(model.predict("spec", CLS, 4, 100).tpot_s, 0.01) < 0.01
     feed(model, clock, "spec", 4, 0.1, 0.03, int(after_s * per_s), 1 / per_s)
@@ -112,7 +118,7 @@ def test_a_pool_measured_faster_under_more_load_is_predicted_no_faster() -> None
                 min_size=1, max_size=40))
 def test_predictions_never_fall_as_load_rises(answers: list[tuple[str, int, float, float, float]]) -> None:
     clock = Clock()
-    model = LatencyModel(["spec"], clock=clock)
+    model = LatencyModel(SPECULATIVE, clock=clock)
     for pool, load, ttft, tpot, gap_s in answers:
         clock.now += gap_s
         model.observe(pool, CLS, load, ttft, tpot)
@@ -160,12 +166,14 @@ def test_the_least_recently_updated_pair_goes_first() -> None:
 
 @pytest.mark.parametrize("pool, load, ttft, tpot", [
     ("standard", 0, 0.06, 0.0103),
-    ("spec", 0, 0.06, 0.0103 / 2),
+    ("spec", 0, 0.06, DRAFTING_STEP / CHAT_PER_STEP),
     ("standard", 1, 0.0603, 0.0103 + 0.0003 * 1.5),  # TPOT at a batch of 2-3, which stands at 2.5
-    ("spec", 1, 0.0603, 0.0103 / 2 + 1.5 * (0.0103 + 63 * 0.0003 - 0.0103 / 2) / 63),
+    # the plain step of the bucket, times what drafting costs over a plain step at the request's batch of 2
+    ("spec", 1, 0.0603, (0.0103 + 0.0003 * 1.5) * (DRAFTING_STEP + 0.0003 * (1 + 3 * 0.8)) / (0.0103 + 0.0003)
+     / CHAT_PER_STEP),
 ])
 def test_priors_answer_for_a_pair_with_no_data(pool: str, load: int, ttft: float, tpot: float) -> None:
-    model = LatencyModel(["spec"], clock=Clock())
+    model = LatencyModel(SPECULATIVE, clock=Clock())
     got = model.predict(pool, CLS, load, 100)
     assert (got.ttft_s, got.tpot_s, got.samples) == (pytest.approx(ttft), pytest.approx(tpot), 0.0)
     assert got.stddev_e2e == pytest.approx(0.5 * math.hypot(got.ttft_s, 100 * got.tpot_s))
@@ -173,19 +181,22 @@ def test_priors_answer_for_a_pair_with_no_data(pool: str, load: int, ttft: float
 
 
 def test_prior_speculation_pays_below_the_crossover_and_costs_above() -> None:
-    model = LatencyModel(["spec"], clock=Clock())
+    model = LatencyModel(SPECULATIVE, clock=Clock())
     for load, faster in [(0, True), (4, True), (16, True), (128, False), (500, False)]:
         spec, std = model.predict("spec", CLS, load, 100), model.predict("standard", CLS, load, 100)
         assert (spec.tpot_s < std.tpot_s) is faster, load
 
 
 def test_priors_can_be_set_and_are_checked() -> None:
-    model = LatencyModel(["spec"], priors=LatencyPriors(speculative_speedup=3.0), clock=Clock())
-    assert model.predict("spec", CLS, 0, 1).tpot_s == pytest.approx(0.0103 / 3)
+    spec = PriorsSpec(acceptance={"chat": {"greedy": 0.5}}, draft_cost=0.0)
+    model = LatencyModel(SPECULATIVE, priors=LatencyPriors(spec), clock=Clock())
+    assert model.predict("spec", CLS, 0, 1).tpot_s == pytest.approx(0.0103 / ((1 - 0.5 ** 4) / 0.5))
     with pytest.raises(ValueError):
-        LatencyPriors(ttft_s=0.0)
+        PriorsSpec(ttft_s=0.0)
+    with pytest.raises(ValueError, match="unknown band"):
+        PriorsSpec(acceptance={"chat": {"warm": 0.5}})
     with pytest.raises(ValueError):
-        LatencyPriors(crossover_load=0)
+        PriorsSpec(acceptance={"chat": {"greedy": 1.5}})
 
 
 def test_empty_buckets_borrow_the_neighbours_ratio_to_the_prior() -> None:
@@ -210,7 +221,7 @@ def spread(model: LatencyModel, load: int) -> float:
 
 def test_thompson_draws_narrow_with_samples_and_widen_when_stale() -> None:
     clock = Clock()
-    model = LatencyModel(["spec"], clock=clock)
+    model = LatencyModel(SPECULATIVE, clock=clock)
     spreads = [spread(model, 4)]
     for count in (3, 30, 300):
         feed(model, clock, "spec", 4, 0.1, 0.02, count, 0.01, noise=0.3)
@@ -235,11 +246,11 @@ def test_bad_or_missing_measures_are_left_out() -> None:
 
 def test_snapshot_is_json() -> None:
     clock = Clock()
-    model = LatencyModel(["spec"], clock=clock)
+    model = LatencyModel(SPECULATIVE, clock=clock)
     feed(model, clock, "spec", 3, 0.1, 0.01, 5, 0.5)
     decoded = json.loads(json.dumps(model.snapshot()))
     assert decoded["buckets"][:4] == ["0", "1", "2-3", "4-7"]
-    assert decoded["priors"]["speculative_speedup"] == 2.0
+    assert decoded["priors"]["draft_tokens"] == 3 and decoded["schedules"]["spec"] == [[1, 1 << 30, 3]]
     (pair,) = decoded["pairs"]
     assert (pair["pool"], pair["class"]) == ("spec", CLS)
     assert pair["ttft"]["observed_s"][0] is None and pair["ttft"]["observed_s"][2] == pytest.approx(0.1, rel=0.05)
@@ -292,7 +303,7 @@ def test_the_pools_curve_goes_stale_like_a_class() -> None:
 
 def test_an_unmeasured_pool_is_predicted_as_much_slower_than_its_prior_as_the_measured_ones() -> None:
     clock = Clock()
-    model, cold = LatencyModel(["spec"], clock=clock), LatencyModel(["spec"], clock=Clock())
+    model, cold = LatencyModel(SPECULATIVE, clock=clock), LatencyModel(SPECULATIVE, clock=Clock())
     prior = cold.predict("spec", CLS, 1, 100)
     feed(model, clock, "spec", 1, 12 * prior.ttft_s, 12 * prior.tpot_s, 20, 0.5)  # CPU backends, GPU priors
     unmeasured = model.predict("standard", CLS, 1, 100)

@@ -8,6 +8,7 @@ import pytest
 
 from backends.serving.generation import Endpoint
 from backends.serving.protocol import SSE_DONE, ResponseBuilder, sse
+from gateway.upstream.drafting import Drafting
 from gateway.upstream.meter import Measurement, TokenMeter, UsageTap, completion_tokens
 
 FINGERPRINT = "vllm-0.32.0-0123abcd"
@@ -103,6 +104,7 @@ def test_a_streamed_measurement_is_per_token():
     meter.events, meter.first, meter.last = 4, 10.5, 12.0
     measurement = Measurement.of_stream("speculative", "code/low", 3, meter, started=10.0, tokens=16)
     assert measurement == Measurement("speculative", "code/low", 3, e2e_s=2.0, tokens=16, streamed=True,
-                                      ttft_s=0.5, tpot_s=pytest.approx(1.5 / 15))
+                                      ttft_s=0.5, tpot_s=pytest.approx(1.5 / 15),
+                                      drafting=Drafting(per_step=8.0))  # 16 tokens in 2 events with content
     one = Measurement.of_stream("standard", None, 0, meter, started=10.0, tokens=1)
     assert one.tpot_s is None, "one token has no time per token"

@@ -50,7 +50,8 @@ def test_valid_policy_loads():
 @pytest.mark.parametrize("old,new,expected", [
     ("    fallback: slow\n", "    fallback: slow\n    colour: red\n",
      "p.yaml:7: pools.fast.colour: unknown key"),
-    ("kind: standard", "kind: turbo", "p.yaml:8: pools.slow.kind: Input should be 'speculative' or 'standard'"),
+    ("kind: standard", "kind: turbo",
+     "p.yaml:8: pools.slow.kind: Input should be 'speculative', 'standard' or 'dynamic'"),
     ("route: fast", "route: nowhere", "p.yaml:13: rules[0].route: unknown pool 'nowhere'"),
     ("name: rest", "name: greedy", "p.yaml:14: rules[1].name: duplicate rule name 'greedy'"),
     ("{temperature: {le: 0.3}}", "{temprature: {le: 0.3}}", "p.yaml:12: rules[0].when.temprature: unknown feature"),

@@ -30,15 +30,22 @@ CASES = [
     ("greedy long blocking", chat(temperature=0, max_tokens=512), {}, "speculative", "default"),
     ("omitted temperature is 1.0", chat(max_tokens=512, stream=True), {}, "speculative", "default"),
     ("temperature exactly 1.0", chat(temperature=1.0, max_tokens=512), {}, "speculative", "default"),
-    # hot-sampling, short-output and short-blocking are gone: their classes are measured, not assumed
-    ("hot sampling, cold model", chat(temperature=1.2, max_tokens=512, stream=True), {}, "speculative", "default"),
+    # above temperature 1.0 the priors' acceptance collapses: a cold gateway sends it to standard
+    ("hot sampling, cold model", chat(temperature=1.2, max_tokens=512, stream=True), {}, "standard", "default"),
+    ("hot code, cold model", {**chat(temperature=1.5, max_tokens=512), "messages": [
+        {"role": "user", "content": "Fix this python traceback"}]}, {}, "standard", "default"),
+    ("greedy code, cold model", {**chat(temperature=0, max_tokens=512), "messages": [
+        {"role": "user", "content": "Fix this python traceback"}]}, {}, "speculative", "default"),
     ("short output, cold model", chat(temperature=0, max_tokens=16, stream=True), {}, "speculative", "default"),
     ("short blocking, cold model", chat(temperature=0, max_tokens=48), {}, "speculative", "default"),
     ("short but streamed", chat(temperature=0, max_tokens=48, stream=True), {}, "speculative", "default"),
     ("omitted max_tokens is 256", chat(temperature=0), {}, "speculative", "default"),
-    # busy is gone: the priors put the speculative pool's TPOT at the standard one's at load 64
-    ("speculative at 8 in flight, priors", chat(temperature=0, max_tokens=512, stream=True), {"speculative": 8},
+    # the cost to the fleet: a few running sequences are worth slowing for a faster answer ...
+    ("speculative at 4 in flight, priors", chat(temperature=0, max_tokens=512, stream=True), {"speculative": 4},
      "speculative", "default"),
+    # ... eight are not, while a standard replica stands idle (own E2E alone would still pick speculative)
+    ("speculative at 8 in flight, priors", chat(temperature=0, max_tokens=512, stream=True), {"speculative": 8},
+     "standard", "default"),
     ("speculative far past the crossover", chat(temperature=0, max_tokens=512, stream=True),
      {"speculative": 100}, "standard", "default"),
     ("standard pool load is irrelevant", chat(temperature=0, max_tokens=512), {"standard": 50},

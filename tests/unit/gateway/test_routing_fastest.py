@@ -45,7 +45,7 @@ def features(load=None, route=None, **fields):
 
 def measured(**pools: tuple[float, float]) -> LatencyModel:
     """A model that has seen 50 answers of each pool at load 0 with these times."""
-    model = LatencyModel(POLICY.speculative_pools, clock=lambda: 0.0)
+    model = LatencyModel(POLICY.schedules, clock=lambda: 0.0)
     for pool, (ttft, tpot) in pools.items():
         for i in range(50):
             jitter = 1 + (i % 5 - 2) * 0.01
@@ -73,7 +73,7 @@ CHOICE_CASES = [
 
 @pytest.mark.parametrize("make,pool,share", [c[1:] for c in CHOICE_CASES], ids=[c[0] for c in CHOICE_CASES])
 def test_the_predicted_fastest_pool_takes_most_requests(make, pool, share):
-    counts, decisions = choices(make() if make else LatencyModel(POLICY.speculative_pools))
+    counts, decisions = choices(make() if make else LatencyModel(POLICY.schedules))
     assert counts[pool] >= share * len(decisions), counts
     assert all(d.fastest is not None and d.fastest.best == pool for d in decisions), "the mean agrees"
 
@@ -87,7 +87,7 @@ def test_without_a_generator_the_mean_decides_and_nothing_explores():
 
 @pytest.mark.parametrize("make,bound", [
     (lambda: measured(speculative=SLOW, standard=FAST), 0.02),  # well measured, far apart: nearly never
-    (lambda: LatencyModel(POLICY.speculative_pools), 0.45),  # cold: often, but the priors still lean
+    (lambda: LatencyModel(POLICY.schedules), 0.45),  # cold: often, but the priors still lean
 ])
 def test_the_explore_rate_is_bounded_and_reported(make, bound):
     counts, decisions = choices(make(), n=1000)
@@ -98,7 +98,7 @@ def test_the_explore_rate_is_bounded_and_reported(make, bound):
 
 
 def test_a_cold_start_explores_both_pools():
-    counts, _ = choices(LatencyModel(POLICY.speculative_pools))
+    counts, _ = choices(LatencyModel(POLICY.schedules))
     assert counts["standard"] > 0 and counts["speculative"] > 0, "priors are uncertain: both get tried"
 
 

@@ -33,7 +33,7 @@ def replay(seed: int, every_s: float, speculative_now: tuple[float, float], deci
     times now (+-2%). The first decision after which speculative is the
     preferred pool (None: never), and how many decisions went to speculative."""
     clock, rng = Clock(), random.Random(seed)
-    model = LatencyModel(POLICY.speculative_pools, clock=clock)
+    model = LatencyModel(POLICY.schedules, clock=clock)
     for i in range(50):
         clock.now += 0.1
         jitter = 1 + (i % 5 - 2) * 0.01

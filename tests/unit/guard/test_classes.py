@@ -9,8 +9,9 @@ import pytest
 
 from gateway.decide.features import extract_features
 from gateway.decide.routing import decide
-from gateway.decide.traffic import ClassLatency, temperature_bucket, traffic_class
+from gateway.decide.traffic import ClassLatency
 from gateway.flags import Mode
+from gateway.policy.classes import temperature_band, traffic_class
 from gateway.upstream.meter import TokenMeter
 from tests.unit.guard.conftest import FakeClock, signals
 
@@ -20,7 +21,7 @@ CLASSES = {"enabled": True, "min_samples": 3, "slower_pct": 10}
 @pytest.mark.parametrize("temperature, bucket", [(0, "greedy"), (0.3, "low"), (0.5, "low"), (0.7, "mid"),
                                                  (1.0, "mid"), (1.3, "hot")])
 def test_temperature_buckets(temperature, bucket):
-    assert temperature_bucket(temperature) == bucket
+    assert temperature_band(temperature) == bucket
     assert traffic_class("code", temperature) == f"code/{bucket}"
 
 

@@ -10,7 +10,7 @@ from gateway.control.signals import DIALECTS, Target, address
 from gateway.control.signals.model import Tally, compute, histogram_quantile, merge
 from gateway.control.signals.prometheus import selector, series
 from gateway.control.signals.scrape import increase, parse_exposition, tally_window
-from gateway.decide.policy import GuardSpec
+from gateway.policy.guard import GuardSpec
 
 INF = math.inf
 

@@ -1,0 +1,1 @@
+"""The policy's vocabulary that every stage reads: pool kinds and the routing priors."""

@@ -1,0 +1,89 @@
+"""Kinds of pool, as one table: what each kind drafts at a batch size, whether it
+reports acceptance, and which launch profile serves it.
+
+A kind is a row of `KINDS`. Everything that used to ask "is this pool
+speculative?" asks the kind instead, through the pool's `Schedule`: how many
+tokens it drafts when `b` sequences decode together. The latency model's prior
+curve follows from the schedule (gateway/decide/latency_priors.py), so a new kind
+is one row here and, where its curve is not a schedule, one prior.
+
+- `speculative`: drafts `draft_tokens` at every batch size.
+- `standard`: never drafts.
+- `dynamic`: drafts by its declared `speculation_schedule`, vLLM's
+  `num_speculative_tokens_per_batch_size` ranges `[[lo, hi, k], ...]`
+  (inclusive; no range: no drafting), i.e. speculates at small batches only.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+UNBOUNDED = 1 << 30  # "any batch size" as a range's upper end
+
+
+class PoolKind(enum.StrEnum):
+    SPECULATIVE = "speculative"
+    STANDARD = "standard"
+    DYNAMIC = "dynamic"
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """Draft tokens per decoding batch size, as inclusive (lo, hi, k) ranges."""
+    ranges: tuple[tuple[int, int, int], ...] = ()
+
+    def drafts(self, batch: int) -> int:
+        for lo, hi, k in self.ranges:
+            if lo <= batch <= hi:
+                return k
+        return 0
+
+    @property
+    def ever_drafts(self) -> bool:
+        return any(k > 0 for _, _, k in self.ranges)
+
+    def to_json(self) -> list[list[int]]:
+        return [list(r) for r in self.ranges]
+
+
+@dataclass(frozen=True, slots=True)
+class KindTraits:
+    schedule: Callable[[int, Schedule | None], Schedule]  # (draft_tokens, declared) -> the pool's schedule
+    reports_acceptance: bool  # its answers carry acceptance; the guard watches it
+    profile: str  # the launch profile family that serves it (backends/vllm/profiles.yaml)
+    declares_schedule: bool = False  # the policy must state `speculation_schedule`
+
+
+KINDS: MappingProxyType[PoolKind, KindTraits] = MappingProxyType({
+    PoolKind.SPECULATIVE: KindTraits(lambda k, _: Schedule(((1, UNBOUNDED, k),)), True, "speculative"),
+    PoolKind.STANDARD: KindTraits(lambda k, _: Schedule(), False, "standard"),
+    PoolKind.DYNAMIC: KindTraits(lambda k, declared: declared or Schedule(), True, "dynamic",
+                                 declares_schedule=True),
+})
+
+
+def schedule_of(kind: PoolKind, draft_tokens: int, declared: Sequence[Sequence[int]] | None = None) -> Schedule:
+    """The pool's drafting schedule from its kind's row."""
+    given = None if declared is None else Schedule(tuple((int(lo), int(hi), int(k)) for lo, hi, k in declared))
+    return KINDS[kind].schedule(draft_tokens, given)
+
+
+def check_schedule(ranges: Sequence[Sequence[int]]) -> list[str]:
+    """What is wrong with a declared schedule: shape, order, overlap, negative values."""
+    problems: list[str] = []
+    previous_hi = 0
+    for i, item in enumerate(ranges):
+        if len(item) != 3:
+            problems.append(f"[{i}] must be [lo, hi, k], got {list(item)}")
+            continue
+        lo, hi, k = item
+        if lo < 1 or hi < lo or k < 0:
+            problems.append(f"[{i}] needs 1 <= lo <= hi and k >= 0, got [{lo}, {hi}, {k}]")
+        elif lo <= previous_hi:
+            problems.append(f"[{i}] overlaps or precedes the range before it (ranges go up by batch size)")
+        else:
+            previous_hi = hi
+    return problems

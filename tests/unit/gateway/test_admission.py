@@ -1,0 +1,110 @@
+"""Admission at the gateway: hold only when every candidate is past its objective and waiting pays."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.decide.admission import hold
+from gateway.decide.fastest import fastest
+from gateway.decide.features import Features
+from gateway.decide.latency import LatencyModel
+from gateway.decide.policy import parse_policy
+from gateway.upstream.admission import AdmissionGate
+
+POLICY = parse_policy("""version: 1
+pools:
+  spec:
+    kind: speculative
+    endpoints: [{url: "http://127.0.0.1:9"}]
+    slo: {tpot_s: 0.02}
+  std:
+    kind: standard
+    endpoints: [{url: "http://127.0.0.1:10"}]
+    slo: {tpot_s: 0.02}
+  free:
+    kind: standard
+    endpoints: [{url: "http://127.0.0.1:11"}]
+rules: [{name: all, route: fastest, candidates: [spec, std]}]
+""")
+
+
+def features(load: dict[str, int]) -> Features:
+    return Features(endpoint="chat", model=None, temperature=0.0, top_p=1.0, max_tokens=256, stream=True, n=1,
+                    prompt_chars=100, prompt_tokens=25, tools=False, response_format=False, logprobs=False,
+                    domain="chat", load=load)
+
+
+def decide(load: dict[str, int], pools: tuple[str, ...] = ("spec", "std")) -> tuple:
+    model = LatencyModel(POLICY.schedules)
+    found = fastest(pools, features(load), "chat/greedy", 256, model, None)
+    return found, model
+
+
+def test_light_load_is_never_held() -> None:
+    for load in ({"spec": 0, "std": 0}, {"spec": 40, "std": 0}, {"spec": 4, "std": 4}, {"spec": 40, "std": 16}):
+        found, model = decide(load)
+        assert hold(found, POLICY.pools, model, ahead=0) is None, load
+
+
+def test_every_candidate_past_its_objective_holds_while_waiting_pays() -> None:
+    # both past 20 ms a token at one more; three requests fewer they are back under it
+    found, model = decide({"spec": 33, "std": 33})
+    held = hold(found, POLICY.pools, model, ahead=0)
+    assert held is not None and set(held.pools) == {"spec", "std"}
+    assert 0 < held.expected_wait_s < held.budget_s
+    # far above the knee, or with many held ahead of it, the wait would eat the budget: it goes in at once
+    far, far_model = decide({"spec": 45, "std": 45})
+    assert hold(far, POLICY.pools, far_model, ahead=0) is None
+    assert hold(found, POLICY.pools, model, ahead=10_000) is None
+
+
+def test_a_pool_without_an_objective_always_has_room() -> None:
+    found, model = decide({"spec": 40, "free": 500}, ("spec", "free"))
+    assert hold(found, POLICY.pools, model, ahead=0) is None
+
+
+def test_far_past_the_objective_holding_does_not_pay() -> None:
+    found, model = decide({"spec": 600, "std": 600})  # even one lower it would miss its objective
+    assert hold(found, POLICY.pools, model, ahead=0) is None
+
+
+def test_the_gate_releases_by_priority_then_arrival_and_spends_budgets() -> None:
+    async def scenario() -> list[str]:
+        gate = AdmissionGate()
+        order: list[str] = []
+
+        async def held(name: str, priority: int, pools: tuple[str, ...]) -> None:
+            woke = await gate.wait(pools, gate.rank(priority), 30.0)
+            order.append(name if woke else f"{name}:budget")
+
+        tasks = [asyncio.create_task(held("low", 0, ("a",))), asyncio.create_task(held("high", 5, ("a", "b"))),
+                 asyncio.create_task(held("low2", 0, ("a",))), asyncio.create_task(held("b-only", 9, ("b",)))]
+        while gate.held < 4:
+            await asyncio.sleep(0)
+        assert gate.ahead(5) == 2 and gate.ahead(0) == 4
+        for _ in range(3):
+            gate.released("a")
+            await asyncio.sleep(0)
+        gate.released("b")
+        await asyncio.gather(*tasks)
+        budget = await gate.wait(("a",), gate.rank(0), 0.0)
+        return [*order, str(budget)]
+
+    assert asyncio.run(scenario()) == ["high", "low", "low2", "b-only", "False"]
+
+
+def test_a_cancelled_waiter_leaves_the_gate() -> None:
+    async def scenario() -> int:
+        gate = AdmissionGate()
+        task = asyncio.create_task(gate.wait(("a",), gate.rank(0), 30.0))
+        while gate.held < 1:
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        gate.released("a")  # nobody to wake
+        return gate.held
+
+    assert asyncio.run(scenario()) == 0

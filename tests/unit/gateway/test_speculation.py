@@ -1,0 +1,148 @@
+"""Pool kinds, drafting schedules, acceptance learned per class, and what they do to predictions."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.decide.acceptance import Acceptance, rate_of, tokens_per_step
+from gateway.decide.latency import LatencyModel
+from gateway.decide.policy import PolicyError, parse_policy
+from gateway.policy.kinds import KINDS, UNBOUNDED, PoolKind, Schedule, schedule_of
+from gateway.upstream.drafting import Drafting
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def policy_text(kind: str, schedule: str = "") -> str:
+    return f"""version: 1
+pools:
+  fast:
+    kind: {kind}
+    endpoints: [{{url: "http://127.0.0.1:9"}}]
+{schedule}
+rules: [{{name: all, route: fast}}]
+"""
+
+
+def test_every_kind_is_a_row_with_a_schedule() -> None:
+    assert set(KINDS) == set(PoolKind)
+    assert schedule_of(PoolKind.SPECULATIVE, 4).drafts(1) == schedule_of(PoolKind.SPECULATIVE, 4).drafts(10_000) == 4
+    assert not schedule_of(PoolKind.STANDARD, 4).ever_drafts
+    dynamic = schedule_of(PoolKind.DYNAMIC, 4, [[1, 8, 4], [9, 32, 2]])
+    assert [dynamic.drafts(b) for b in (1, 8, 9, 32, 33)] == [4, 4, 2, 2, 0]
+
+
+def test_a_dynamic_pool_states_its_schedule_and_only_it_may() -> None:
+    policy = parse_policy(policy_text("dynamic", "    speculation_schedule: [[1, 16, 3]]"))
+    assert policy.schedules["fast"] == Schedule(((1, 16, 3),))
+    assert policy.speculative_pools == ("fast",) and policy.standard_pools == ()
+    with pytest.raises(PolicyError, match="states its speculation_schedule"):
+        parse_policy(policy_text("dynamic"))
+    with pytest.raises(PolicyError, match="goes with kind: dynamic"):
+        parse_policy(policy_text("standard", "    speculation_schedule: [[1, 16, 3]]"))
+    with pytest.raises(PolicyError, match="overlaps"):
+        parse_policy(policy_text("dynamic", "    speculation_schedule: [[1, 16, 3], [8, 32, 2]]"))
+    with pytest.raises(PolicyError, match=r"\[lo, hi, k\]"):
+        parse_policy(policy_text("dynamic", "    speculation_schedule: [[1, 16]]"))
+
+
+def test_policy_priors_are_settable_and_checked() -> None:
+    text = policy_text("speculative") + "routing: {priors: {acceptance: {chat: {hot: 0.9}}, draft_tokens: 5}}\n"
+    policy = parse_policy(text)
+    assert policy.schedules["fast"] == Schedule(((1, UNBOUNDED, 5),))
+    assert policy.spec.routing.priors.acceptance_of("chat", "hot") == 0.9
+    with pytest.raises(PolicyError, match="unknown band"):
+        parse_policy(policy_text("speculative") + "routing: {priors: {acceptance: {chat: {tepid: 0.5}}}}\n")
+
+
+@pytest.mark.parametrize("a, k", [(0.0, 3), (0.3, 3), (0.72, 3), (0.95, 5), (0.5, 1)])
+def test_rate_of_inverts_tokens_per_step(a: float, k: int) -> None:
+    assert rate_of(tokens_per_step(a, k), k) == pytest.approx(a, abs=1e-6)
+
+
+def test_unusable_lengths_teach_nothing() -> None:
+    assert rate_of(0.5, 3) is None and rate_of(float("nan"), 3) is None and rate_of(2.0, 0) is None
+    assert rate_of(4.0, 3) == pytest.approx(0.999)
+
+
+VLLM_BODY = (b'{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant",'
+             b'"content":"say \\"mean_acceptance_length\\": 9"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,'
+             b'"total_tokens":29,"completion_tokens":20},"metrics":{"speculative_decoding":{"mean_acceptance_length":'
+             b'2.5,"draft_acceptance_rate":0.5,"acceptance_histogram":[2,2,2,2],"num_spec_steps":8,'
+             b'"num_accepted_draft_tokens":12,"num_draft_tokens":24,"num_spec_tokens":3}}}')
+
+
+def test_the_backends_own_metrics_are_read_from_a_body_and_a_last_chunk() -> None:
+    assert Drafting.reported(VLLM_BODY) == Drafting(2.5, 3)
+    chunk = (b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":5},'
+             b'"metrics":{"speculative_decoding":{"mean_acceptance_length":1.25e0,"num_spec_steps":4,'
+             b'"num_spec_tokens":2}}}\n\ndata: [DONE]\n\n')
+    assert Drafting.reported(chunk) == Drafting(1.25, 2)
+    no_steps = b'{"metrics":{"speculative_decoding":{"mean_acceptance_length":1.0,"num_spec_steps":0}}}'
+    assert Drafting.reported(no_steps) is None
+    assert Drafting.reported(b'{"choices":[{"message":{"content":"mean_acceptance_length"}}]}') is None
+
+
+def test_events_stand_in_for_the_metrics() -> None:
+    assert Drafting.of_events(tokens=30, events=13, usage_event=True) == Drafting(3.0)
+    assert Drafting.of_events(tokens=1, events=5, usage_event=False) is None
+    assert Drafting.of_events(tokens=5, events=2, usage_event=False) is None
+
+
+def test_acceptance_starts_at_the_prior_and_follows_a_degrading_draft() -> None:
+    clock = Clock()
+    acceptance = Acceptance(clock=clock)
+    assert acceptance.rate("spec", "code/greedy") == 0.85 and acceptance.rate("spec", "chat/hot") == 0.15
+    assert acceptance.rate("spec", "poetry/greedy") == 0.72  # an unknown domain reads chat's
+    for _ in range(50):
+        clock.now += 0.2
+        acceptance.observe("spec", "code/greedy", tokens_per_step(0.3, 3), 3)
+    assert acceptance.rate("spec", "code/greedy") == pytest.approx(0.3, abs=0.05)
+    assert acceptance.rate("other", "code/greedy") == 0.85  # per pool
+
+
+SCHEDULES = {"spec": schedule_of(PoolKind.SPECULATIVE, 3), "std": schedule_of(PoolKind.STANDARD, 3),
+             "dyn": schedule_of(PoolKind.DYNAMIC, 3, [[1, 7, 3]])}
+
+
+def test_a_cold_model_prefers_speculation_for_greedy_code_and_standard_for_hot_sampling() -> None:
+    model = LatencyModel(SCHEDULES, clock=Clock())
+    for cls, faster in [("code/greedy", "spec"), ("chat/greedy", "spec"), ("chat/mid", "spec"),
+                        ("chat/hot", "std"), ("code/hot", "std")]:
+        spec, std = model.predict("spec", cls, 0, 256).e2e_s, model.predict("std", cls, 0, 256).e2e_s
+        assert (spec < std) == (faster == "spec"), cls
+
+
+def test_a_dynamic_pool_follows_the_drafting_curve_below_its_switch_and_the_plain_one_above() -> None:
+    model = LatencyModel(SCHEDULES, clock=Clock())
+    def tpot(pool: str, load: int) -> float:
+        return model.predict(pool, "chat/greedy", load, 1).tpot_s
+
+    assert all(tpot("dyn", load) == tpot("spec", load) for load in (0, 2, 5))
+    assert all(tpot("dyn", load) == tpot("std", load) for load in (7, 40, 300))
+
+
+def test_measured_acceptance_moves_a_class_off_speculation_and_keeps_the_pools_step_time() -> None:
+    clock = Clock()
+    model = LatencyModel(SCHEDULES, clock=clock)
+    step = model.predict("spec", "code/greedy", 0, 1).tpot_s * tokens_per_step(0.85, 3)
+    for _ in range(40):  # the draft degrades for code: one token a step, at the same step time
+        clock.now += 0.25
+        model.observe("spec", "code/greedy", 0, 0.06, step / 1.0, per_step=1.0, drafts=3)
+    code = model.predict("spec", "code/greedy", 0, 256)
+    assert code.e2e_s > model.predict("std", "code/greedy", 0, 256).e2e_s
+    # the pool's step time is what was measured, so a class still accepted as before stays fast
+    chat = model.predict("spec", "chat/greedy", 0, 256)
+    assert chat.tpot_s == pytest.approx(step / tokens_per_step(0.72, 3), rel=0.1)
+
+
+def test_the_slope_of_the_curve_is_the_delay_a_request_adds() -> None:
+    model = LatencyModel(SCHEDULES, clock=Clock())
+    assert model.marginal_tpot("std", "chat/greedy", 0) == pytest.approx(0.0003, rel=0.01)
+    assert model.marginal_tpot("spec", "chat/greedy", 16) > model.marginal_tpot("std", "chat/greedy", 16)
