@@ -25,6 +25,7 @@ from gateway.decide.traffic import ClassLatency, traffic_class
 from gateway.edge.auth import ClientKeys, Grant
 from gateway.edge.load_view import DecisionLoad
 from gateway.edge.priority import request_priority
+from gateway.edge.tracing import span_of, trace_decision
 from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, PayloadTooLarge, RequestTimeout
 from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
@@ -105,6 +106,7 @@ class ProxyEndpoints:
         body = parse_json_body(raw)
         routed = self.route(body, endpoint, request.headers)
         decision, features = routed.decision, routed.features
+        span = trace_decision(request, endpoint, body, routed)
         check_limits(body, Limits(n=self.settings.max_n, max_tokens=self._max_tokens(decision.pool)))
         priority = request_priority(request.headers, grant, self.runtime.policy, decision.rule)
         self._count(decision)
@@ -119,7 +121,8 @@ class ProxyEndpoints:
                             key=PromptKey(body, endpoint, request.headers))
         return self._relay(Exchange(chain, outgoing, request.state.request_id, decision.rule, started,
                                     self.forwarder, self.recorder, degraded=degraded,
-                                    traffic=traffic, measured=True, load=features.load, priority=priority))
+                                    traffic=traffic, measured=True, load=features.load, priority=priority,
+                                    trace=span))
 
     async def passthrough(self, request: Request) -> ASGIApp:
         """Any other /v1/* path goes to the policy's default pool as it is."""
@@ -133,7 +136,8 @@ class ProxyEndpoints:
         outgoing = Outgoing(request.method, target, raw, self._forwarded(request),
                             drop_client_key=self.keys.enabled)
         return self._relay(Exchange(chain, outgoing, request.state.request_id, "passthrough", started,
-                                    self.forwarder, self.recorder, degraded=degraded, priority=priority))
+                                    self.forwarder, self.recorder, degraded=degraded, priority=priority,
+                                    trace=span_of(request)))
 
     async def models(self, request: Request) -> Response:
         """The union of the models the pools' backends serve."""
@@ -196,8 +200,9 @@ class ProxyEndpoints:
     @staticmethod
     def _forwarded(request: Request) -> list[tuple[str, str]]:
         """The client's headers for the backends, checked (a bad one is a 400
-        before anything is leased), less hop-by-hop ones."""
-        return request_headers(request.headers.items(), {"x-request-id": request.state.request_id})
+        before anything is leased), less hop-by-hop ones; the trace context is the gateway's span's."""
+        return span_of(request).propagate(request_headers(request.headers.items(),
+                                                          {"x-request-id": request.state.request_id}))
 
     def _relay(self, exchange: Exchange) -> Relay:
         return Relay(exchange, RelayTimeouts.for_chain(exchange.chain, self.settings.keepalive_s,
