@@ -33,10 +33,9 @@ def traces_url(endpoint: str | None, traces_endpoint: str | None) -> str:
 
 
 class OtlpSpan(RequestSpan):
-    recording = True
-
     def __init__(self, span: trace.Span) -> None:
         self.span = span
+        self.recording = span.is_recording()  # False when not sampled: only its context goes on
         self.answer: AnswerWatch | None = None
         self.failed = False
         carrier: dict[str, str] = {}

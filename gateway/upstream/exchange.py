@@ -256,8 +256,11 @@ class Exchange:
             "specgate.measured.tpot_s": None if measurement is None else measurement.tpot_s,
             "specgate.measured.e2e_s": None if measurement is None else measurement.e2e_s,
         })
-        if outcome.error is not None:
-            self.trace.fail(outcome.error.code or outcome.error.error_type, outcome.error.message)
+        error = outcome.error
+        if error is not None and error.status_code >= 500:  # a 4xx is the client's: no error status
+            self.trace.fail(error.code or error.error_type, error.message)
+        elif error is not None:
+            self.trace.set({"error.type": error.code or error.error_type})
 
     def _measurement(self, pool: Pool, duration: float) -> Measurement | None:
         """What the answer tells of `pool`; None when it was not measured."""

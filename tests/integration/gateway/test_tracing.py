@@ -79,6 +79,17 @@ def test_hot_sampling_is_traced_to_the_standard_pool(traced, receiver, std_fake)
     assert std_fake.completion_requests()[-1].headers["traceparent"].split("-")[2] == receiver.spans[0].span_id.hex()
 
 
+def test_a_trace_the_client_does_not_sample_is_not_exported_but_continued(traced, receiver, spec_fake):
+    with openai.OpenAI(base_url=traced.base_url, api_key="unused", max_retries=0) as client:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=64,
+                                       extra_headers={"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-00"})
+        chat(traced, stream=False)  # then a sampled one, so that an export happens at all
+    traced.server.stop(graceful=True)
+    assert [receiver.attributes(s)["gen_ai.request.model"] for s in receiver.spans] == ["client-model"]
+    unsampled = spec_fake.completion_requests()[0].headers["traceparent"].split("-")
+    assert (unsampled[1], unsampled[3]) == (TRACE_ID, "00") and unsampled[2] != CLIENT_SPAN
+
+
 def test_a_request_without_trace_context_starts_a_trace(traced, receiver):
     with openai.OpenAI(base_url=traced.base_url, api_key="unused", max_retries=0) as client:
         client.completions.create(model="m", prompt="hello", max_tokens=64)
