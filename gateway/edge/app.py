@@ -232,7 +232,8 @@ class GatewayParts:
                 await shared.aclose()
         if self.state is not None:
             await self.state.aclose()
-        await asyncio.to_thread(self.tracer.shutdown)  # the spans still batched go out
+        if self.tracer.enabled:
+            await asyncio.to_thread(self.tracer.shutdown)  # the spans still batched go out
         self.log.info("stopped")  # after the drain (or its timeout)
 
     async def healthz(self, request: Request) -> Response:

@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.decide.routing import Routed
 from gateway.settings import Settings
-from gateway.telemetry.spans import NULL_SPAN, TRACE_HEADERS, RequestSpan, Tracer
+from gateway.telemetry.spans import NULL_SPAN, RequestSpan, Tracer
 
 SPAN = "span"  # the request's span, in the ASGI scope's state
 OPERATIONS = {"completions": "text_completion"}  # GenAI operation names; every other route is "chat"
@@ -78,9 +78,7 @@ class TracingMiddleware:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
-        context = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]
-                   if name.decode("latin-1").lower() in TRACE_HEADERS}
-        span = self.tracer.start(scope["method"], scope["path"], context)
+        span = self.tracer.start(scope["method"], scope["path"], _trace_context(scope["headers"]))
         state = scope.setdefault("state", {})
         state[SPAN] = span
         status = 500  # nothing answered: the app raised
@@ -96,3 +94,9 @@ class TracingMiddleware:
         finally:
             span.set({"specgate.request_id": state.get("request_id")})
             span.end(status)
+
+
+def _trace_context(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The W3C trace context headers among the request's (ASGI gives names in lower case)."""
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in headers
+            if name in (b"traceparent", b"tracestate")}

@@ -113,6 +113,19 @@ def test_a_failed_request_sets_the_span_status(start_gateway, receiver):
     assert found["error.type"]
 
 
+def test_a_refused_request_is_traced_without_an_error_status(traced, receiver):
+    """A 4xx is the client's error: the span says which, its status stays unset."""
+    with (openai.OpenAI(base_url=traced.base_url, api_key="unused", max_retries=0) as client,
+          pytest.raises(openai.BadRequestError)):
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=10**9,
+                                       extra_headers={"traceparent": TRACEPARENT})
+    traced.server.stop(graceful=True)
+    span = receiver.spans[0]
+    found = receiver.attributes(span)
+    assert span.trace_id.hex() == TRACE_ID and found["http.response.status_code"] == 400
+    assert span.status.code == span.status.STATUS_CODE_UNSET and found["specgate.rule"] == "default"
+
+
 # The tracing modules. OpenTelemetry's API and metrics SDK may be imported all the same: redis-py loads them
 # when they are installed, for its own (unused) metrics.
 TRACING = ("gateway.telemetry.otlp", "opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter")
