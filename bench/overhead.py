@@ -19,6 +19,10 @@ rounds. `--workers N` adds `gateway+state xN`: `specgate serve --workers N` on
 that store.
 
     python bench/overhead.py --modes wrk --concurrency 1,32 --start-redis --workers 2
+
+`--tracing` adds `gateway+tracing`: the same gateway exporting a span per
+request (OTEL_EXPORTER_OTLP_ENDPOINT) to an OTLP receiver of its own
+(bench/otlp_sink.py), so what tracing costs is measured against `gateway`.
 """
 
 from __future__ import annotations
@@ -191,6 +195,8 @@ def parse_args() -> argparse.Namespace:
                        help="start a redis-server and run the gateway with it as well")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="also run `serve --workers N` on the state store (needs one of the two above)")
+    parser.add_argument("--tracing", action="store_true",
+                        help="also run the gateway with OpenTelemetry traces exported to a local receiver")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "overhead.json")
     args = parser.parse_args()
     if args.workers > 1 and not (args.state_url or args.start_redis):
@@ -230,6 +236,9 @@ def main() -> None:
         for proc in procs:
             proc.wait(timeout=60)
     results["summary"] = summarize(results["runs"])
+    if args.tracing:
+        results["spans_exported"] = exported_spans(tmp / "otlp.log")
+        print(f"spans the receiver decoded: {results['spans_exported']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     print(markdown(results["summary"]))
@@ -243,6 +252,7 @@ def start_targets(args: argparse.Namespace, tmp: Path, procs: list[subprocess.Po
     (tmp / "policy.yaml").write_text(bench_policy(upstream))
     env = {**os.environ, "SPECGATE_LOG_LEVEL": "info"}
     env.pop("SPECGATE_STATE_URL", None)  # `gateway` runs alone, as without a store
+    env = {k: v for k, v in env.items() if not k.startswith("OTEL_")}  # and untraced
 
     def serve(port: int, log: str, *extra: str, **more_env: str) -> None:
         procs.append(start([sys.executable, "-m", "specgate.cli", "serve", "--policy", str(tmp / "policy.yaml"),
@@ -273,7 +283,20 @@ def start_targets(args: argparse.Namespace, tmp: Path, procs: list[subprocess.Po
         targets[name] = (free_port(), args.workers)
         serve(targets[name][0], "gateway-workers.log", "--workers", str(args.workers),
               SPECGATE_STATE_URL=state_url)
+    if args.tracing:
+        sink = free_port()
+        procs.append(start([sys.executable, str(ROOT / "bench" / "otlp_sink.py"), "--port", str(sink)],
+                           tmp / "otlp.log"))
+        targets["gateway+tracing"] = (free_port(), 1)
+        serve(targets["gateway+tracing"][0], "gateway-tracing.log",
+              OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink}")
     return targets
+
+
+def exported_spans(log: Path) -> int:
+    """The receiver's last count (spans of the last batch may be left when it stops first)."""
+    counts = re.findall(r"^spans (\d+)$", log.read_text(), re.M) if log.exists() else []
+    return int(counts[-1]) if counts else 0
 
 
 def measure(mode: str, url: str, concurrency: int, duration: float, script: Path) -> dict:

@@ -60,6 +60,11 @@ class Settings(BaseSettings):
     # With a state URL one guard leads: a lease of this TTL, renewed (and tried by the others) this often
     guard_lease_ttl_s: float = Field(default=3.0, gt=0)
     guard_lease_renew_s: float = Field(default=1.0, gt=0)  # under the TTL; also how often followers re-read
+    # OpenTelemetry traces, by OpenTelemetry's own variables (docs/tracing.md): on when an endpoint is set
+    otel_endpoint: str | None = Field(default=None, validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT")
+    otel_traces_endpoint: str | None = Field(default=None, validation_alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    otel_sdk_disabled: str = Field(default="", validation_alias="OTEL_SDK_DISABLED")  # "true" (any case): off
+    otel_service_name: str = Field(default="specgate", validation_alias="OTEL_SERVICE_NAME")
 
     def __init__(self, **values: Any) -> None:
         try:

@@ -4,6 +4,12 @@
 
 Environment overrides: SPECGATE_VLLM_MODEL (model), SPECGATE_VLLM_SPEC_CONFIG
 (JSON merged into the speculative config), SPECGATE_VLLM_EXTRA_ARGS (appended flags).
+
+Traces: the OpenTelemetry variables that switch the gateway's traces on
+(OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, unless
+OTEL_SDK_DISABLED=true) give vLLM `--otlp-traces-endpoint` too, over
+HTTP/protobuf unless OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL says otherwise, so
+vLLM's spans join the gateway's trace (docs/tracing.md).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from backends.vllm.profiles import load_profiles, render, split_args
 
@@ -31,7 +37,9 @@ def build_argv(argv: Sequence[str] | None = None, environ: dict[str, str] | None
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: more vLLM flags")
     args = parser.parse_args(argv)
     spec_override = json.loads(env["SPECGATE_VLLM_SPEC_CONFIG"]) if env.get("SPECGATE_VLLM_SPEC_CONFIG") else None
-    extra = [a for a in args.extra if a != "--"] + split_args(env.get("SPECGATE_VLLM_EXTRA_ARGS"))
+    traces = otlp_traces_url(env)
+    extra = ([] if traces is None else ["--otlp-traces-endpoint", traces])
+    extra += [a for a in args.extra if a != "--"] + split_args(env.get("SPECGATE_VLLM_EXTRA_ARGS"))
     command = render(profiles[args.profile], model=args.model, host=args.host, port=args.port,
                      served_model_name=args.served_model_name, spec_config=spec_override, extra_args=extra)
     if args.dry_run:
@@ -40,9 +48,26 @@ def build_argv(argv: Sequence[str] | None = None, environ: dict[str, str] | None
     return command
 
 
+def otlp_traces_url(env: Mapping[str, str]) -> str | None:
+    """Where vLLM sends its spans, by OpenTelemetry's variables; None: tracing is off."""
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    if env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    return base.rstrip("/") + "/v1/traces" if base else None
+
+
+def vllm_environ(env: Mapping[str, str]) -> dict[str, str]:
+    """vLLM's environment: its traces go over HTTP/protobuf, as the gateway's, unless a protocol is set
+    (vLLM's own default is gRPC)."""
+    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+    return {**env, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": protocol or "http/protobuf"}
+
+
 def main() -> None:
     command = build_argv()
-    os.execv(command[0], command)
+    os.execve(command[0], command, vllm_environ(os.environ))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from gateway.edge.auth import ClientKeys
 from gateway.edge.endpoints import ProxyEndpoints
 from gateway.edge.error_answers import exception_handlers
 from gateway.edge.middleware import FastHandler, HeaderLimitMiddleware, RequestIdMiddleware
+from gateway.edge.tracing import TracingMiddleware, tracer_for
 from gateway.flags import FlagStore, PoolFlag, reason_word
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
@@ -42,6 +43,7 @@ from gateway.state.fleet_load import FleetLoad
 from gateway.state.overrides import SharedOverrides
 from gateway.state.shared_learning import Observation, SharedLearning
 from gateway.state.store import StateStore
+from gateway.telemetry.spans import Tracer
 from gateway.upstream.meter import Measurement
 from gateway.upstream.pools import Endpoint, HealthMonitor, Pool
 from gateway.upstream.runtime import Runtime
@@ -64,8 +66,9 @@ def fast_paths(routes: Sequence[BaseRoute]) -> dict[str, FastHandler]:
 
 
 class GatewayParts:
-    def __init__(self, settings: Settings, policy: Policy) -> None:
+    def __init__(self, settings: Settings, policy: Policy, tracer: Tracer | None = None) -> None:
         self.settings = settings
+        self.tracer = tracer or tracer_for(settings)  # the no-op one unless tracing is on
         self.metrics = GatewayMetrics()
         self.state = state_store(settings, self.metrics)  # before the parts that share through it
         self.runtime = Runtime(policy)
@@ -241,6 +244,8 @@ class GatewayParts:
                 await shared.aclose()
         if self.state is not None:
             await self.state.aclose()
+        if self.tracer.enabled:
+            await asyncio.to_thread(self.tracer.shutdown)  # the spans still batched go out
         self.log.info("stopped")  # after the drain (or its timeout)
 
     async def healthz(self, request: Request) -> Response:
@@ -261,6 +266,8 @@ def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
     routes = parts.routes()
     app = Starlette(routes=routes, lifespan=parts.lifespan, exception_handlers=dict(exception_handlers()))
     app.add_middleware(RequestIdMiddleware, hot=fast_paths(routes))
+    if parts.tracer.enabled:  # outside the request id's fast path, so that the hot routes are traced too
+        app.add_middleware(TracingMiddleware, tracer=parts.tracer)
     app.add_middleware(HeaderLimitMiddleware, max_bytes=settings.max_header_bytes)
     app.state.settings = settings
     app.state.runtime = parts.runtime

@@ -26,6 +26,7 @@ from gateway.decide.traffic import ClassLatency
 from gateway.edge.auth import ClientKeys, Grant
 from gateway.edge.load_view import DecisionLoad
 from gateway.edge.priority import request_priority
+from gateway.edge.tracing import span_of, trace_decision
 from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, PayloadTooLarge, RequestTimeout
 from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
@@ -109,6 +110,7 @@ class ProxyEndpoints:
         priority = request_priority(request.headers, grant, self.runtime.policy, routed.decision.rule)
         routed = await self._admitted(routed, body, endpoint, request.headers, priority)
         decision, features = routed.decision, routed.features
+        span = trace_decision(request, endpoint, body, routed)
         check_limits(body, Limits(n=self.settings.max_n, max_tokens=self._max_tokens(decision.pool)))
         self._count(decision)
         traffic = self._traffic_class(features)
@@ -122,7 +124,8 @@ class ProxyEndpoints:
                             key=PromptKey(body, endpoint, request.headers))
         return self._relay(Exchange(chain, outgoing, request.state.request_id, decision.rule, started,
                                     self.forwarder, self.recorder, degraded=degraded,
-                                    traffic=traffic, measured=True, load=features.load, priority=priority))
+                                    traffic=traffic, measured=True, load=features.load, priority=priority,
+                                    trace=span))
 
     def admission(self, routed: Routed) -> dict[str, Any]:
         """Whether the decision would be held now, and how many are held (for explain)."""
@@ -173,7 +176,8 @@ class ProxyEndpoints:
         outgoing = Outgoing(request.method, target, raw, self._forwarded(request),
                             drop_client_key=self.keys.enabled)
         return self._relay(Exchange(chain, outgoing, request.state.request_id, "passthrough", started,
-                                    self.forwarder, self.recorder, degraded=degraded, priority=priority))
+                                    self.forwarder, self.recorder, degraded=degraded, priority=priority,
+                                    trace=span_of(request)))
 
     async def models(self, request: Request) -> Response:
         """The union of the models the pools' backends serve."""
@@ -236,8 +240,9 @@ class ProxyEndpoints:
     @staticmethod
     def _forwarded(request: Request) -> list[tuple[str, str]]:
         """The client's headers for the backends, checked (a bad one is a 400
-        before anything is leased), less hop-by-hop ones."""
-        return request_headers(request.headers.items(), {"x-request-id": request.state.request_id})
+        before anything is leased), less hop-by-hop ones; the trace context is the gateway's span's."""
+        return span_of(request).propagate(request_headers(request.headers.items(),
+                                                          {"x-request-id": request.state.request_id}))
 
     def _relay(self, exchange: Exchange) -> Relay:
         return Relay(exchange, RelayTimeouts.for_chain(exchange.chain, self.settings.keepalive_s,

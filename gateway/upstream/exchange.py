@@ -25,6 +25,7 @@ from gateway.decide.prompt_key import PromptKey
 from gateway.decide.traffic import ClassLatency
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
+from gateway.telemetry.spans import NULL_SPAN, RequestSpan
 from gateway.upstream.drafting import Drafting
 from gateway.upstream.meter import Measurement, TokenMeter, UsageTap, completion_tokens
 from gateway.upstream.pacing import ask_token_counts, paces
@@ -171,6 +172,7 @@ class Exchange:
     measured: bool = False  # a generation: its answer is measured in output tokens
     load: Mapping[str, int] = field(default_factory=dict)  # each pool's load when the request was routed
     priority: int = 0  # its place while pools are saturated (docs/priorities.md)
+    trace: RequestSpan = NULL_SPAN  # the request's span (docs/tracing.md)
     claim: Claim = field(init=False)
     meter: TokenMeter | None = field(default=None, init=False)
     tap: UsageTap | None = field(default=None, init=False)  # a streamed answer's events pass through it
@@ -185,6 +187,8 @@ class Exchange:
         self.recorder.overhead(time.perf_counter() - self.started)
         opened = await self.forwarder.open_first(self.chain, self._outbound, self.claim, self.degraded,
                                                  Standing(self.priority, self.load))
+        if self.trace.recording and isinstance(opened.response.stream, httpx.AsyncByteStream):
+            opened.response.stream = self.trace.watch(opened.response.stream)  # before the meter: the raw answer
         stream = opened.response.stream
         if (self.measured and isinstance(stream, httpx.AsyncByteStream)
                 and opened.response.headers.get("content-type", "").startswith(SSE)):
@@ -225,6 +229,7 @@ class Exchange:
                                   "status": outcome.status, "duration": round(duration, 6)}
         if self.claim.fallback is not None:
             fields["fallback"] = self.claim.fallback
+        measurement = None
         if opened is not None:
             if outcome.error is not None:
                 self.recorder.error(pool, "stream_cut")
@@ -240,6 +245,25 @@ class Exchange:
         elif outcome.stalled:
             fields["error"] = "client_stalled"
         self.recorder.log.info("request", **fields)
+        if self.trace.recording:
+            self._trace(outcome, fields, measurement)
+
+    def _trace(self, outcome: Outcome, fields: Mapping[str, Any], measurement: Measurement | None) -> None:
+        """What the exchange adds to the request's span: where it was served, how long it waited and took."""
+        self.trace.set({
+            "specgate.served_pool": fields["pool"], "specgate.fallback": fields.get("fallback"),
+            "specgate.endpoint": fields.get("endpoint"), "specgate.endpoint_why": fields.get("endpoint_why"),
+            "specgate.queue_wait_s": self.claim.waited_s, "specgate.ttfb_s": fields.get("ttfb"),
+            "specgate.status": outcome.status,
+            "specgate.measured.ttft_s": None if measurement is None else measurement.ttft_s,
+            "specgate.measured.tpot_s": None if measurement is None else measurement.tpot_s,
+            "specgate.measured.e2e_s": None if measurement is None else measurement.e2e_s,
+        })
+        error = outcome.error
+        if error is not None and error.status_code >= 500:  # a 4xx is the client's: no error status
+            self.trace.fail(error.code or error.error_type, error.message)
+        elif error is not None:
+            self.trace.set({"error.type": error.code or error.error_type})
 
     def _measurement(self, pool: Pool, duration: float) -> Measurement | None:
         """What the answer tells of `pool`; None when it was not measured."""

@@ -114,6 +114,7 @@ class Claim:
         self.response: httpx.Response | None = None
         self.pool: Pool | None = None
         self.fallback: str | None = None
+        self.waited_s: float | None = None  # how long the request waited in the pools' queues, if it did
 
     def take(self, pool: Pool, exclude: Iterable[Endpoint], degraded: bool, admitted: bool = False,
              key: PromptKey | None = None) -> Lease:
@@ -286,6 +287,7 @@ class Forwarder:
             raise
         finally:
             seconds = None if waited_since is None else asyncio.get_running_loop().time() - waited_since
+            claim.waited_s = seconds
             self.waits.waited(routed.name, outcome, seconds)
             if seconds is not None:
                 self.waits.queued(routed.name, standing.priority, seconds)

@@ -13,6 +13,7 @@ import pytest
 from backends.model import prepare
 from backends.vllm import load_profiles, render
 from backends.vllm.check_draft import differences
+from backends.vllm.launch import build_argv, vllm_environ
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -66,6 +67,21 @@ def test_launcher_dry_run_reads_the_environment():
     assert "--model org/model" in out and "--port 9000" in out
     assert out.strip().endswith("--tensor-parallel-size 2")
     assert '"num_speculative_tokens": 5' in out and '"method": "eagle3"' in out
+
+
+@pytest.mark.parametrize(("env", "endpoint"), [
+    ({}, None),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/"}, "http://collector:4318/v1/traces"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+      "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://traces:4318/v1/traces"}, "http://traces:4318/v1/traces"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_SDK_DISABLED": "True"}, None),
+])
+def test_the_launcher_sends_vllms_spans_where_the_gateways_go(env, endpoint):
+    argv = build_argv(["--profile", "standard", "--", "--dtype", "float32"], env)
+    assert (argv[argv.index("--otlp-traces-endpoint") + 1] if "--otlp-traces-endpoint" in argv else None) == endpoint
+    assert argv[-2:] == ["--dtype", "float32"], "the operator's flags still come last"
+    assert vllm_environ(env)["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
+    assert vllm_environ({**env, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "grpc"
 
 
 def test_compose_and_kubernetes_call_profiles_that_exist():
