@@ -46,7 +46,8 @@ def test_every_speculating_profile_asks_for_per_request_metrics_and_standard_doe
 
 def test_a_flag_given_by_hand_is_not_doubled():
     _, profiles = load_profiles()
-    argv = render(profiles["speculative-ngram"], model="m", extra_args=["--per-request-spec-decode-metrics", "detailed"])
+    by_hand = ["--per-request-spec-decode-metrics", "detailed"]
+    argv = render(profiles["speculative-ngram"], model="m", extra_args=by_hand)
     assert argv.count("--per-request-spec-decode-metrics") == 1 and argv[-1] == "detailed"
 
 
