@@ -65,7 +65,9 @@ class SpeculationSchedule:
         return [list(entry) for entry in self.ranges]
 
     def label(self) -> str:
-        return " ".join(f"{lo}-{hi}:{k}" for lo, hi, k in self.ranges)
+        """`1-8:3 9+:0`: each range's draft tokens, the last one carried on."""
+        *head, (lo, _, k) = self.ranges
+        return " ".join([*(f"{a}-{b}:{c}" for a, b, c in head), f"{lo}+:{k}"])
 
 
 def _range(entry: Any) -> Range:
