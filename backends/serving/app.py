@@ -181,8 +181,7 @@ class _Endpoints:
             return _error(exc)
         builder = ResponseBuilder(endpoint, self.model_name, request_id, system_fingerprint=self.fingerprint)
         if parsed.stream:
-            return DisconnectAwareStream(_events(self.generator, RequestRun(self.metrics, parsed, self.spec_tokens),
-                                                 builder))
+            return DisconnectAwareStream(_events(self.generator, self.metrics, parsed, builder, self.spec_tokens))
         try:
             work = _whole(self.generator, self.metrics, parsed, builder, self.spec_tokens)
             return await run_until_disconnect(request.receive, work)
@@ -248,11 +247,18 @@ def _failure(exc: Exception) -> dict:
     return error_body(str(exc) or type(exc).__name__, "InternalServerError", 500)
 
 
-async def _events(generator: TokenGenerator, run: RequestRun, builder: ResponseBuilder) -> AsyncIterator[bytes]:
+async def _events(
+    generator: TokenGenerator,
+    metrics: VllmMetrics,
+    parsed: GenerationRequest,
+    builder: ResponseBuilder,
+    spec_tokens: int | None = None,
+) -> AsyncIterator[bytes]:
     """The SSE events of a streaming request, in vLLM's order: role chunk (chat
     only), content chunks, the chunk with `finish_reason`, the usage chunk when
     asked for (with the answer's `metrics`), `[DONE]`. A generator failure
     becomes an error event."""
+    run = RequestRun(metrics, parsed, spec_tokens)
     request = run.request
     outcome = "abort"
     last_chunk = not request.include_usage
