@@ -29,6 +29,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("bench", "specgate.ops.bench", "benchmark OpenAI-compatible URLs (TTFT, TPOT, E2E, throughput)"),
     ("baseline", "specgate.ops.baseline_cmd", "record the latency baseline the guard compares against"),
     ("report", "specgate.ops.report", "weekly operations report from Prometheus (acceptance, speedup, fallbacks)"),
+    ("plan", "specgate.plan.command", "recommend how many speculative, standard and dynamic replicas to run"),
     ("tune", "specgate.ops.tune", "sweep a speculative profile's draft length and recommend the fastest"),
     ("up", "specgate.up", "start the bundled backends and the gateway on this machine"),
     ("model", "backends.model", "prepare the packaged SmolLM2 model for vLLM"),

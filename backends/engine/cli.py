@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     metrics = VllmMetrics(CollectorRegistry(), name, num_speculative_tokens=depth)
     generator = EngineGenerator(loaded.model, loaded.tokenizer, metrics, factory, args.max_model_len,
                                 args.max_num_seqs)
-    app = create_openai_app(generator, metrics, name, max_model_len=args.max_model_len)
+    app = create_openai_app(generator, metrics, name, max_model_len=args.max_model_len,
+                            spec_decode_metrics=depth)  # metrics.speculative_decoding in every answer, as vLLM
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
                 timeout_graceful_shutdown=DRAIN_S)
     return 0

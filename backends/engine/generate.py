@@ -14,7 +14,7 @@ import asyncio
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import torch
@@ -139,9 +139,9 @@ class EngineGenerator:
                 assert isinstance(item, Delta)
                 piece, stopped = text.feed(item.text)
                 if stopped:
-                    yield Delta(piece, tokens=item.tokens, finish_reason="stop", prompt_tokens=len(prompt))
+                    yield replace(item, text=piece, finish_reason="stop", prompt_tokens=len(prompt))
                     return
-                yield Delta(piece, item.tokens, item.finish_reason, prompt_tokens=len(prompt))
+                yield replace(item, text=piece, prompt_tokens=len(prompt))
         finally:
             job.cancelled.set()
 
@@ -199,9 +199,14 @@ class EngineGenerator:
             text = self.tokenizer.decode(output, skip_special_tokens=True)
             finished = step.tokens[-1] in job.options.stop_ids or produced >= job.options.max_tokens
             reason = ("stop" if step.tokens[-1] in job.options.stop_ids else "length") if finished else None
+            drafted = step.draft_depth if drafter is not None else 0
+            accepted = step.accepted if drafted else 0
             if finished or not text.endswith("\ufffd"):  # else half a multi-byte character: wait
-                job.send(Delta(text[len(sent):], tokens=pending, finish_reason=reason))
+                job.send(Delta(text[len(sent):], tokens=pending, finish_reason=reason, drafted=drafted,
+                               accepted=accepted))
                 sent, pending = text, 0
+            elif drafted:  # no text yet, but the step's acceptance counts in the answer's metrics
+                job.send(Delta("", tokens=0, drafted=drafted, accepted=accepted))
             yield
 
 

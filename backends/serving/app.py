@@ -13,6 +13,7 @@ import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -20,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from backends.serving.acceptance import AcceptanceTally
 from backends.serving.disconnect import ClientGone, DisconnectAwareStream, run_until_disconnect
 from backends.serving.generation import (
     Delta,
@@ -49,8 +51,9 @@ class RequestRun:
     `started` flips on `mark_running` (the generator admitted the request to
     a batch) or, at the latest, on the first delta."""
 
-    def __init__(self, metrics: VllmMetrics, request: GenerationRequest) -> None:
+    def __init__(self, metrics: VllmMetrics, request: GenerationRequest, spec_tokens: int | None = None) -> None:
         self.metrics = metrics
+        self.acceptance = AcceptanceTally(spec_tokens) if spec_tokens else None
         self.request = dataclasses.replace(request, mark_running=self.mark_running)
         self.arrived = time.monotonic()
         self.started = False
@@ -81,6 +84,12 @@ class RequestRun:
             self.prompt_tokens = delta.prompt_tokens
         if delta.finish_reason is not None:
             self.finish_reason = delta.finish_reason
+        if self.acceptance is not None:
+            self.acceptance.observe(delta.drafted, delta.accepted)
+
+    def response_metrics(self) -> dict[str, Any] | None:
+        """`metrics` of the answer: the acceptance summary when this server reports it."""
+        return None if self.acceptance is None else {"speculative_decoding": self.acceptance.summary()}
 
     def prompt_token_count(self) -> int:
         if self.prompt_tokens is None:
@@ -110,11 +119,14 @@ def create_openai_app(
     model_root: str | None = None,
     healthy: Callable[[], bool] = lambda: True,
     fingerprint: str | None = None,
+    spec_decode_metrics: int | None = None,
 ) -> Starlette:
     """Serve `generator` as model `model_name`. `healthy()` decides whether
     `GET /health` answers 200 or 503 (empty body either way, as vLLM).
     `fingerprint` is the `system_fingerprint` (default: vLLM-shaped, derived
-    from the model name)."""
+    from the model name). `spec_decode_metrics`, the speculative tokens per
+    step, makes every answer carry `metrics.speculative_decoding` as vLLM
+    run with `--per-request-spec-decode-metrics summary` does."""
     endpoints = _Endpoints(
         generator,
         metrics,
@@ -123,6 +135,7 @@ def create_openai_app(
         model_root=model_root,
         healthy=healthy,
         fingerprint=fingerprint if fingerprint is not None else system_fingerprint(model_name),
+        spec_tokens=spec_decode_metrics,
     )
     return Starlette(
         routes=[
@@ -147,6 +160,7 @@ class _Endpoints:
     model_root: str | None
     healthy: Callable[[], bool]
     fingerprint: str
+    spec_tokens: int | None = None
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
 
     async def chat(self, request: Request) -> Response:
@@ -167,9 +181,9 @@ class _Endpoints:
             return _error(exc)
         builder = ResponseBuilder(endpoint, self.model_name, request_id, system_fingerprint=self.fingerprint)
         if parsed.stream:
-            return DisconnectAwareStream(_events(self.generator, self.metrics, parsed, builder))
+            return DisconnectAwareStream(_events(self.generator, self.metrics, parsed, builder, self.spec_tokens))
         try:
-            work = _whole(self.generator, self.metrics, parsed, builder)
+            work = _whole(self.generator, self.metrics, parsed, builder, self.spec_tokens)
             return await run_until_disconnect(request.receive, work)
         except ClientGone:
             return _error(ProtocolError("Client disconnected"))
@@ -203,10 +217,11 @@ async def _whole(
     metrics: VllmMetrics,
     request: GenerationRequest,
     builder: ResponseBuilder,
+    spec_tokens: int | None = None,
 ) -> Response:
     """Run a non-streaming request to the end and answer the whole object.
     (Its accounting starts here, so work cancelled before it ran leaves no trace.)"""
-    run = RequestRun(metrics, request)
+    run = RequestRun(metrics, request, spec_tokens)
     pieces: list[str] = []
     outcome = "abort"
     try:
@@ -222,7 +237,8 @@ async def _whole(
         run.close(outcome)
     text = "".join(pieces)
     return JSONResponse(
-        builder.response(text, outcome, run.prompt_token_count(), run.completion_tokens)
+        builder.response(text, outcome, run.prompt_token_count(), run.completion_tokens,
+                         metrics=run.response_metrics())
     )
 
 
@@ -236,11 +252,13 @@ async def _events(
     metrics: VllmMetrics,
     parsed: GenerationRequest,
     builder: ResponseBuilder,
+    spec_tokens: int | None = None,
 ) -> AsyncIterator[bytes]:
     """The SSE events of a streaming request, in vLLM's order: role chunk (chat
     only), content chunks, the chunk with `finish_reason`, the usage chunk when
-    asked for, `[DONE]`. A generator failure becomes an error event."""
-    run = RequestRun(metrics, parsed)
+    asked for (with the answer's `metrics`), `[DONE]`. A generator failure
+    becomes an error event."""
+    run = RequestRun(metrics, parsed, spec_tokens)
     request = run.request
     outcome = "abort"
     last_chunk = not request.include_usage
@@ -271,7 +289,7 @@ async def _events(
             running = running_usage(run.completion_tokens)
             yield sse(builder.chunk("", outcome, running, last=last_chunk))
         if request.include_usage:
-            yield sse(builder.usage_chunk(run.prompt_token_count(), run.completion_tokens))
+            yield sse(builder.usage_chunk(run.prompt_token_count(), run.completion_tokens, run.response_metrics()))
     except Exception as exc:  # noqa: BLE001 - sent to the client as vLLM does
         outcome = "error"
         yield sse(_failure(exc))

@@ -70,13 +70,17 @@ class Delta:
     `tokens` is how many tokens the piece holds (a speculative step can emit
     several at once). `finish_reason` ("stop", "length", ...) marks the last
     piece. A generator that knows the real prompt length reports it in
-    `prompt_tokens` on any piece; otherwise the app estimates it.
+    `prompt_tokens` on any piece; otherwise the app estimates it. A piece
+    from a speculative verify step says how many tokens were `drafted` and
+    how many of them `accepted` (0 drafted: not a verify step).
     """
 
     text: str
     tokens: int = 1
     finish_reason: str | None = None
     prompt_tokens: int | None = None
+    drafted: int = 0
+    accepted: int = 0
 
 
 class TokenGenerator(Protocol):

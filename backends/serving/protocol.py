@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from backends.serving.acceptance import whole_metrics
 from backends.serving.generation import Endpoint, GenerationRequest
 
 SSE_DONE = b"data: [DONE]\n\n"
@@ -285,22 +286,29 @@ class ResponseBuilder:
             extra = {"completion_tokens_details": None} if self.endpoint == "chat" else {}
             chunk["usage"] = {**running, **extra}
 
-    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-        """The chunk after the last choice when `stream_options.include_usage`."""
+    def usage_chunk(
+        self, prompt_tokens: int, completion_tokens: int, metrics: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The chunk after the last choice when `stream_options.include_usage`;
+        the answer's per-request `metrics` ride on it (vLLM drops its `null`s)."""
         object_name = "chat.completion.chunk" if self.endpoint == "chat" else "text_completion"
         chunk = self._envelope(object_name)
         chunk["choices"] = []
         chunk["usage"] = usage(prompt_tokens, completion_tokens)
         if self.system_fingerprint is not None:
             chunk["system_fingerprint"] = self.system_fingerprint
+        if metrics is not None:
+            chunk["metrics"] = metrics
         return chunk
 
     # Non-streaming ---------------------------------------------------------
 
     def response(
-        self, text: str, finish_reason: str, prompt_tokens: int, completion_tokens: int
+        self, text: str, finish_reason: str, prompt_tokens: int, completion_tokens: int,
+        metrics: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """A whole `chat.completion` or `text_completion` object."""
+        """A whole `chat.completion` or `text_completion` object; `metrics`
+        is written in full, every unset field `null`, as vLLM dumps it."""
         full_usage = {
             **usage(prompt_tokens, completion_tokens),
             "prompt_tokens_details": None,
@@ -352,8 +360,9 @@ class ResponseBuilder:
             service_tier=None, system_fingerprint=self.system_fingerprint, usage=full_usage
         )
         body.update(tail)
-        body.update(kv_transfer_params=None, ec_transfer_params=None, metrics=None)
+        body.update(kv_transfer_params=None, ec_transfer_params=None, metrics=whole_metrics(metrics))
         return body
+
 
 
 def system_fingerprint(model: str, version: str = "0.32.0") -> str:

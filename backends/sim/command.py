@@ -12,8 +12,10 @@ off under load do.
 from __future__ import annotations
 
 import argparse
+import json
 
 from backends.sim.model import CALIBRATIONS, SimParams
+from backends.speculation import SpeculationSchedule
 
 # The SimParams fields the command line can change, each a positive number: (type, help).
 TUNABLE: dict[str, tuple[type[int] | type[float], str]] = {
@@ -65,6 +67,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         flag, default = "--" + name.replace("_", "-"), getattr(CALIBRATIONS["8b-a100"], name)
         parser.add_argument(flag, type=kind, help=f"{help_text} (default: the calibration's; {default} for 8b-a100)")
     parser.add_argument(
+        "--speculation-schedule", metavar="JSON",
+        help='--kind dynamic: draft tokens by batch size, vLLM\'s format, e.g. "[[1, 8, 3], [9, 32, 2], [33, 256, 0]]" '
+        "(default: a switch at --speculative-max-batch)",
+    )
+    parser.add_argument(
         "--prefix-cache", action=argparse.BooleanOptionalAction, default=True,
         help="cache prompt prefixes as vLLM's automatic prefix caching does (default: on)",
     )  # fmt: skip
@@ -81,8 +88,17 @@ def params_from(args: argparse.Namespace) -> SimParams:
     for name in ("time_scale", *TUNABLE):
         if getattr(args, name) is not None and getattr(args, name) <= 0:
             raise SystemExit(f"specgate sim: --{name.replace('_', '-')} must be positive")
-    given = {name: getattr(args, name) for name in TUNABLE if getattr(args, name) is not None}
+    given: dict[str, object] = {name: getattr(args, name) for name in TUNABLE if getattr(args, name) is not None}
+    if args.speculation_schedule:
+        given["speculation_schedule"] = _schedule(args.speculation_schedule)
     return dataclasses.replace(CALIBRATIONS[args.calibration], **given)
+
+
+def _schedule(text: str) -> SpeculationSchedule:
+    try:
+        return SpeculationSchedule.parse(json.loads(text))
+    except ValueError as exc:  # JSON errors and ScheduleError alike
+        raise SystemExit(f"specgate sim: --speculation-schedule: {exc}") from exc
 
 
 def run(args: argparse.Namespace) -> int:

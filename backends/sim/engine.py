@@ -7,8 +7,8 @@ running request its tokens for the step. A speculative engine samples how
 many of its `g` draft tokens each request accepted (each independently with
 probability `a`, the accepted prefix stops at the first rejection) and feeds
 the counts to the `vllm:spec_decode_*` counters exactly as vLLM does. A
-dynamic engine does so only in steps whose decoding batch is at most
-`speculative_max_batch` sequences, and decodes one token per sequence above;
+dynamic engine drafts the tokens its speculation schedule gives for the
+step's decoding batch size (none: one token per sequence);
 `specgate_sim_steps_total{speculation}` counts the steps each way and
 `specgate_sim_speculation_active` says how the last one went.
 
@@ -36,7 +36,7 @@ from backends.sim.model import (
     SimParams,
     acceptance,
     domain_classifier,
-    speculates,
+    draft_tokens,
     step_seconds,
 )
 from backends.sim.prefix_cache import PrefixCache, block_hashes
@@ -197,13 +197,13 @@ class SimEngine:
                 self._emit(sim, 1)
             still_running = [sim for sim in decoding if sim in self.running]
             if decoding:
-                self._decode(still_running, speculates(self.kind, len(decoding), self.params))
+                self._decode(still_running, draft_tokens(self.kind, len(decoding), self.params))
 
-    def _decode(self, batch: list[SimRequest], speculating: bool) -> None:
-        self.mode_steps.labels("on" if speculating else "off").inc()
-        self.speculation_active.set(int(speculating))
-        if speculating:
-            self._speculative_step(batch)
+    def _decode(self, batch: list[SimRequest], drafts: int) -> None:
+        self.mode_steps.labels("on" if drafts else "off").inc()
+        self.speculation_active.set(int(drafts > 0))
+        if drafts:
+            self._speculative_step(batch, drafts)
         else:
             for sim in batch:
                 self._emit(sim, 1)
@@ -234,9 +234,8 @@ class SimEngine:
         for _, found in lookups:
             cache.store(found.blocks)
 
-    def _speculative_step(self, batch: list[SimRequest]) -> None:
-        g = self.params.num_speculative_tokens
-        per_pos = [0] * g
+    def _speculative_step(self, batch: list[SimRequest], g: int) -> None:
+        per_pos = [0] * self.params.num_speculative_tokens
         accepted_total = 0
         for sim in batch:
             accepted = 0
@@ -244,11 +243,11 @@ class SimEngine:
                 per_pos[accepted] += 1
                 accepted += 1
             accepted_total += accepted
-            self._emit(sim, accepted + 1)
+            self._emit(sim, accepted + 1, drafted=g, accepted=accepted)
         if batch:
             self.metrics.observe_spec_decode(len(batch), len(batch) * g, accepted_total, per_pos)
 
-    def _emit(self, sim: SimRequest, tokens: int) -> None:
+    def _emit(self, sim: SimRequest, tokens: int, *, drafted: int = 0, accepted: int = 0) -> None:
         tokens = min(tokens, sim.target_tokens - sim.emitted)
         if tokens <= 0 or sim not in self.running:
             return
@@ -260,7 +259,7 @@ class SimEngine:
         prompt = sim.prompt_tokens if sim.emitted == tokens else None
         sim.inbox.put_nowait(
             Delta(text, tokens=tokens, finish_reason=sim.finish_reason if done else None,
-                  prompt_tokens=prompt)  # fmt: skip
+                  prompt_tokens=prompt, drafted=drafted, accepted=accepted)  # fmt: skip
         )
         if done:
             del self.running[sim]

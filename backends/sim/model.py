@@ -53,6 +53,10 @@ EAGLE-style one-layer draft head, 3 speculative tokens):
   speculation: vLLM's `num_speculative_tokens_per_batch_size`, SGLang's
   `--speculative-adaptive`). 32 sits where the model's speedup crosses 1 for
   chat between T=1 (at ~24) and T=0 (at ~64).
+- `speculation_schedule` = none: when set, the "dynamic" kind drafts `k`
+  tokens at the batch sizes of each `[lo, hi, k]` range instead (vLLM's
+  `num_speculative_tokens_per_batch_size` format, `backends.speculation`);
+  unset, it is `[[1, speculative_max_batch, g], [speculative_max_batch + 1, ., 0]]`.
 
 With these numbers the model gives 1.4-2.5x speedups at batch 1 (chat at
 temperature 2 up to code at temperature 0) and 0.55-0.97x at batch 256
@@ -65,6 +69,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
+from backends.speculation import SpeculationSchedule
 from domains.classifier import DomainClassifier, DomainRule
 
 Kind = Literal["speculative", "standard", "dynamic"]
@@ -110,6 +115,7 @@ class SimParams:
     draft_quality: float = 1.0
     speculative_max_batch: int = 32
     prefix_cache_tokens: int = 400_000
+    speculation_schedule: SpeculationSchedule | None = None
 
 
 DEFAULT_PARAMS = SimParams()
@@ -153,13 +159,25 @@ def expected_acceptance_rate(a: float, num_speculative_tokens: int) -> float:
     return (expected_tokens_per_step(a, g) - 1.0) / g
 
 
-def speculates(kind: Kind, batch_size: int, params: SimParams = DEFAULT_PARAMS) -> bool:
-    """Whether a step over `batch_size` decoding sequences drafts: always on
-    the speculative kind, never on the standard one, and on the dynamic one
-    up to `speculative_max_batch` sequences."""
+def schedule(params: SimParams = DEFAULT_PARAMS) -> SpeculationSchedule:
+    """The dynamic kind's schedule: the one given, else a switch at `speculative_max_batch`."""
+    if params.speculation_schedule is not None:
+        return params.speculation_schedule
+    return SpeculationSchedule.switch(params.speculative_max_batch, params.num_speculative_tokens)
+
+
+def draft_tokens(kind: Kind, batch_size: int, params: SimParams = DEFAULT_PARAMS) -> int:
+    """Draft tokens per sequence of a step over `batch_size` decoding sequences:
+    `num_speculative_tokens` on the speculative kind, none on the standard one,
+    and on the dynamic one what its schedule says for that batch size."""
     if kind == "dynamic":
-        return batch_size <= params.speculative_max_batch
-    return kind == "speculative"
+        return schedule(params).tokens_at(batch_size, params.num_speculative_tokens)
+    return params.num_speculative_tokens if kind == "speculative" else 0
+
+
+def speculates(kind: Kind, batch_size: int, params: SimParams = DEFAULT_PARAMS) -> bool:
+    """Whether a step over `batch_size` decoding sequences drafts at all."""
+    return draft_tokens(kind, batch_size, params) > 0
 
 
 def step_seconds(
@@ -169,9 +187,9 @@ def step_seconds(
     plus the prompts of newly admitted requests (compute-bound prefill)."""
     per_seq = params.kv_read_per_seq_s
     seconds = params.weights_read_s + prefill_tokens * params.compute_per_token_s
-    if not speculates(kind, batch_size, params):
+    g = draft_tokens(kind, batch_size, params)
+    if g == 0:
         return seconds + batch_size * (per_seq + params.compute_per_token_s)
-    g = params.num_speculative_tokens
     verify = batch_size * (per_seq + (g + 1) * params.compute_per_token_s)
     draft = g * (params.draft_step_s + batch_size * params.draft_per_seq_s)
     return seconds + verify + (draft if batch_size else 0.0)

@@ -34,7 +34,8 @@ def create_sim_app(
     metrics = VllmMetrics(CollectorRegistry(), model, num_speculative_tokens=speculative_tokens)
     cache = PrefixCache(max(1, params.prefix_cache_tokens // BLOCK_TOKENS)) if prefix_cache else None
     engine = SimEngine(kind, metrics, params, time_scale=time_scale, seed=seed, prefix_cache=cache, model_name=model)
-    app = create_openai_app(engine, metrics, model, max_model_len=max_model_len)
+    app = create_openai_app(engine, metrics, model, max_model_len=max_model_len,
+                            spec_decode_metrics=speculative_tokens)  # as --per-request-spec-decode-metrics summary
     app.router.routes.append(Route("/control", _control(engine), methods=["GET", "POST"]))
     return app, engine
 

@@ -8,8 +8,8 @@ to start on a CPU, so a replica whose kind the next way needs is kept:
 2x speculative (A, B), then the gateway (A and a standard C), then 2x standard
 (C, D) is four starts, never more than two servers at once. The gateway in
 front of each way is `specgate serve` with the policies of the sim ways
-(bench/routing/stack.py). vLLM 0.32's CPU build has no engine-level dynamic
-speculation, so there is no `dynamic` way here.
+(bench/routing/stack.py). There is no `dynamic` way here yet, although vLLM
+0.32's CPU build honours a dynamic profile's schedule (docs/backends.md).
 """
 
 from __future__ import annotations

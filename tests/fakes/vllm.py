@@ -13,6 +13,7 @@ faults, set metrics and read back the requests it received::
         fake.fail_next(2, status=503)       # the next two /v1 calls fail
         fake.record_spec_decode(num_drafts=10, num_draft_tokens=30, num_accepted_tokens=12)
         fake.set_load(running=8, waiting=2)
+        fake.acceptance = lambda request: 0.2 if (request.temperature or 0) > 1 else 0.8
         assert fake.wait_disconnect(5)      # the client hung up mid-request
         fake.requests[-1].body["model"]
 
@@ -30,7 +31,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -93,12 +94,15 @@ class FakeGenerator:
         if request.max_tokens is not None and request.max_tokens < len(pieces):
             pieces, finish = pieces[: request.max_tokens], "length"
         sent = 0
+        steps = fake.verify_steps(request, script)
         try:
             for index, piece in enumerate(pieces):
                 if script.delay:
                     await asyncio.sleep(script.delay)
                 last = index == len(pieces) - 1
-                yield Delta(piece, tokens=script.tokens, finish_reason=finish if last else None)
+                drafted, accepted, tokens = next(steps)
+                yield Delta(piece, tokens=tokens, finish_reason=finish if last else None,
+                            drafted=drafted, accepted=accepted)
                 sent += 1
                 fake.after_chunk(sent)
                 if not last:
@@ -115,6 +119,15 @@ class FakeVllm:
     `num_speculative_tokens` positions; with `spec_acceptance` set, every
     served token also counts as a draft of that many tokens of which
     `round(spec_acceptance * k)` were accepted, so counters move with traffic.
+
+    A speculative fake answers like vLLM run with
+    `--per-request-spec-decode-metrics summary`: each chunk is one verify step
+    of `k` drafts, and the answer carries `metrics.speculative_decoding`.
+    `acceptance` sets the share of drafts accepted per request class: a
+    number, or a function of the `GenerationRequest` (e.g. lower at high
+    temperature); each chunk then holds `accepted + 1` tokens and the
+    spec-decode counters count the steps. Unset, a chunk of `Script.tokens`
+    tokens counts as `tokens - 1` drafts accepted.
     """
 
     def __init__(
@@ -127,12 +140,15 @@ class FakeVllm:
         num_speculative_tokens: int = 3,
         spec_acceptance: float | None = None,
         script: Script | None = None,
+        acceptance: float | Callable[[GenerationRequest], float] | None = None,
     ) -> None:
         if kind not in ("speculative", "standard"):
             raise ValueError(f"kind must be 'speculative' or 'standard', not {kind!r}")
         self.model = model
         self.kind = kind
         self.spec_acceptance = spec_acceptance
+        self.acceptance = acceptance
+        self.num_speculative_tokens = num_speculative_tokens if kind == "speculative" else 0
         self.current_script = script or Script()
         self.healthy = True
         # Answer with the request's x-request-id, as vLLM run with --enable-request-id-headers.
@@ -150,7 +166,7 @@ class FakeVllm:
         self._disconnected = threading.Event()
         app = create_openai_app(
             FakeGenerator(self), self.metrics, model, max_model_len=2048,
-            healthy=lambda: self.healthy,
+            healthy=lambda: self.healthy, spec_decode_metrics=self.num_speculative_tokens or None,
         )  # fmt: skip
         self._injector = FaultInjector(app, self.faults)
         self._server = BackgroundServer(
@@ -232,11 +248,32 @@ class FakeVllm:
             self.holding.clear()
 
     def after_chunk(self, sent: int) -> None:
-        if self.spec_acceptance is not None and self.metrics.speculative:
+        if self.spec_acceptance is not None and self.acceptance is None and self.metrics.speculative:
             k = self.metrics.num_speculative_tokens or 0
             accepted = round(self.spec_acceptance * k)
             per_pos = [1 if pos < accepted else 0 for pos in range(k)]
             self.metrics.observe_spec_decode(1, k, accepted, per_pos)
+
+    def verify_steps(self, request: GenerationRequest, script: Script) -> Iterator[tuple[int, int, int]]:
+        """(drafted, accepted, tokens) of each chunk of an answer. With an
+        `acceptance`, accepted drafts are spread evenly so that their share
+        over the answer is that acceptance (to within one draft)."""
+        k = self.num_speculative_tokens
+        rule = self.acceptance
+        if not k:
+            while True:
+                yield 0, 0, script.tokens
+        if rule is None:
+            while True:
+                yield k, max(0, min(script.tokens - 1, k)), script.tokens
+        share = min(1.0, max(0.0, rule(request) if callable(rule) else rule))
+        owed = 0.0
+        while True:
+            owed += share * k
+            accepted = min(k, int(owed + 1e-9))
+            owed -= accepted
+            self.metrics.observe_spec_decode(1, k, accepted, [1 if pos < accepted else 0 for pos in range(k)])
+            yield k, accepted, accepted + 1
 
     # Disconnects -----------------------------------------------------------
 

@@ -156,7 +156,9 @@ def test_active_requests_take_turns_up_to_max_num_seqs(loaded, max_num_seqs, fin
 def engine_server(loaded):
     metrics = VllmMetrics(CollectorRegistry(), "smollm2", num_speculative_tokens=NgramConfig().max_depth)
     generator = EngineGenerator(loaded.model, loaded.tokenizer, metrics, lambda: NgramDrafter(NgramConfig()))
-    with BackgroundServer(create_openai_app(generator, metrics, "smollm2", max_model_len=2048)) as server:
+    app = create_openai_app(generator, metrics, "smollm2", max_model_len=2048,
+                            spec_decode_metrics=NgramConfig().max_depth)
+    with BackgroundServer(app) as server:
         yield server.url
 
 
@@ -170,6 +172,9 @@ def test_server_answers_the_openai_client(engine_server):
         stream=True) if c.choices)
     assert chat.choices[0].message.content and streamed == chat.choices[0].message.content
     assert chat.usage.completion_tokens == 48 and chat.choices[0].finish_reason == "length"
+    spec = chat.model_extra["metrics"]["speculative_decoding"]
+    assert spec["num_spec_steps"] > 0 and spec["num_spec_tokens"] == NgramConfig().max_depth
+    assert spec["num_spec_steps"] + spec["num_accepted_draft_tokens"] <= 48  # a verify step's tokens are its own
     completion = client.completions.create(model="smollm2", prompt="def fibonacci(n):", max_tokens=16,
                                            temperature=0.8, seed=3)
     assert completion.choices[0].text

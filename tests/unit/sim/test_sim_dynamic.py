@@ -11,9 +11,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from backends.serving import GenerationRequest, VllmMetrics
-from backends.sim.command import add_arguments
+from backends.sim.command import add_arguments, params_from
 from backends.sim.engine import SimEngine
-from backends.sim.model import SimParams, speculates, step_seconds
+from backends.sim.model import SimParams, draft_tokens, speculates, step_seconds
+from backends.speculation import SpeculationSchedule
 
 
 @pytest.mark.parametrize("batch,speculating", [(1, True), (32, True), (33, False), (256, False)])
@@ -68,3 +69,41 @@ def test_the_command_takes_the_dynamic_kind_and_its_threshold():
     add_arguments(parser)
     args = parser.parse_args(["--kind", "dynamic", "--port", "1", "--speculative-max-batch", "8"])
     assert (args.kind, args.speculative_max_batch) == ("dynamic", 8)
+
+
+SCHEDULE = SpeculationSchedule.parse([[1, 4, 3], [5, 8, 2], [9, 256, 0]])
+
+
+@pytest.mark.parametrize("batch,drafts", [(1, 3), (4, 3), (5, 2), (8, 2), (9, 0), (200, 0)])
+def test_a_schedule_sets_the_step_cost_batch_size_by_batch_size(batch, drafts):
+    params = SimParams(speculation_schedule=SCHEDULE)
+    assert draft_tokens("dynamic", batch, params) == drafts
+    like = dataclasses.replace(SimParams(), num_speculative_tokens=drafts) if drafts else SimParams()
+    assert step_seconds("dynamic", batch, 100, params) == step_seconds(
+        "speculative" if drafts else "standard", batch, 100, like)
+
+
+def test_the_engine_drafts_what_the_schedule_says_and_reports_it_per_delta():
+    metrics = VllmMetrics(CollectorRegistry(), "sim", num_speculative_tokens=3)
+    schedule = SpeculationSchedule.parse([[1, 2, 3], [3, 256, 0]])
+    engine = SimEngine("dynamic", metrics, SimParams(speculation_schedule=schedule), time_scale=0.001, seed=2)
+
+    async def answer(request: GenerationRequest) -> list[int]:
+        return [delta.drafted async for delta in engine.generate(request)]
+
+    async def main() -> list[list[int]]:
+        return await asyncio.gather(*(answer(r) for r in requests(6, 6, 6, 60)))
+
+    *short, long = asyncio.run(main())
+    assert all(set(drafted) == {0} for drafted in short)  # four decoding: above the switch
+    assert set(long[6:]) == {3}  # alone once the three short ones are done: three drafts a step
+
+
+def test_the_command_takes_a_schedule_in_vllms_format():
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--kind", "dynamic", "--port", "1", "--speculation-schedule", "[[1, 4, 3], [5, 9, 0]]"])
+    assert params_from(args).speculation_schedule == SpeculationSchedule(((1, 4, 3), (5, 9, 0)))
+    bad = parser.parse_args(["--kind", "dynamic", "--port", "1", "--speculation-schedule", "[[2, 4, 3]]"])
+    with pytest.raises(SystemExit, match="must start at 1"):
+        params_from(bad)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_every_profile_renders_a_vllm_command():
     default_model, profiles = load_profiles()
     assert set(profiles) == {"standard", "speculative-ngram", "speculative-eagle3", "speculative-eagle3-local",
-                             "speculative-draft"}
+                             "speculative-draft", "dynamic-eagle3", "dynamic-ngram"}
     for profile in profiles.values():
         argv = render(profile, model=default_model, port=8123, served_model_name="m", python="python3")
         assert argv[:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]

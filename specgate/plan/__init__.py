@@ -1,0 +1,1 @@
+"""`specgate plan`: size a fleet of speculative, standard and dynamic replicas on paper."""
