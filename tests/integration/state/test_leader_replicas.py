@@ -57,7 +57,7 @@ class Replica:
 
 
 @pytest.fixture
-def replicas(fakes, tmp_path: Path) -> Iterator[list[Replica]]:  # type: ignore[no-untyped-def]
+def replicas(fakes, tmp_path: Path) -> Iterator[list[Replica]]:
     spec_fake, std_fake = fakes
     spec_fake.spec_acceptance = 0.2  # one draft of 3 tokens per served token, 1 accepted
     spec_fake.script(chunks=20)

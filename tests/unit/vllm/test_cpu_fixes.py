@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from backends.vllm.cpu_fixes import expand, register  # noqa: E402
+from backends.vllm.cpu_fixes import expand, register  # noqa: E402 - only once torch is known to be installed
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int64])
