@@ -15,6 +15,8 @@ from tests.fakes.waiting import wait_until
 from tests.integration.gateway.conftest import ADMIN_TOKEN, policy_dict
 from tests.integration.guard.conftest import Feeder
 
+pytestmark = pytest.mark.slow  # a real Prometheus server
+
 AUTH = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 
 

@@ -24,6 +24,8 @@ from tests.fakes.waiting import wait_until
 from tests.integration.gateway.conftest import ADMIN_TOKEN, policy_dict
 from tests.integration.guard.conftest import fakes
 
+pytestmark = pytest.mark.slow  # a real redis-server
+
 __all__ = ["fakes"]  # the fixture
 
 AUTH = {"authorization": f"Bearer {ADMIN_TOKEN}"}

@@ -12,6 +12,8 @@ from backends.engine.cli import DRAIN_S
 from gateway.settings import Settings
 from tests.unit.deploy.test_compose import resolved
 
+pytestmark = pytest.mark.slow  # docker-compose
+
 
 def seconds(duration: str) -> float:
     units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}

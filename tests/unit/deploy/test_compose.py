@@ -66,12 +66,14 @@ def enabled_services(services: dict, profiles: set[str]) -> set[str]:
             if not svc.get("profiles") or profiles & set(svc["profiles"])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile_args", [(), ("--profile", "cpu")], ids=["default", "cpu"])
 def test_docker_compose_accepts_the_file(profile_args):
     result = compose(*profile_args, "config", "-q")
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_docker_compose_rejects_a_broken_copy(tmp_path):
     """The validation above has teeth: the same file with one bad key fails."""
     text = (REPO / "docker-compose.yml").read_text()
@@ -192,6 +194,7 @@ def test_vllm_backends_run_the_project_launcher(compose_file):
     assert "SPECGATE_VLLM_SPEC_CONFIG" in services["vllm-speculative"]["environment"]
 
 
+@pytest.mark.slow
 def test_both_pools_serve_the_same_model():
     config = resolved(env={"SPECGATE_MODEL": "org/some-model"})
     models = {config["services"][n]["environment"]["SPECGATE_VLLM_MODEL"]
@@ -214,6 +217,7 @@ def test_gateway_command_is_the_cli_contract(compose_file, service):
     assert args.workers > 1 and svc["environment"]["SPECGATE_STATE_URL"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", ["gpu", "cpu"])
 def test_gateway_shares_state_through_the_stack_store_unless_told_otherwise(profile):
     gateway = "gateway" if profile == "gpu" else "gateway-cpu"
@@ -252,6 +256,7 @@ def test_compose_policy_uses_the_prometheus_guard():
     assert {p.kind for p in policy.pools.values()} == {"speculative", "standard"}
 
 
+@pytest.mark.slow
 def test_monitoring_ports_listen_on_loopback_only():
     """Prometheus and Grafana publish on 127.0.0.1, never on every interface."""
     services = resolved("--profile", "cpu", env={"PROMETHEUS_PORT": "19090", "GRAFANA_PORT": "13000"})["services"]
@@ -272,6 +277,7 @@ def test_prometheus_admin_api_and_lifecycle_stay_off(compose_file):
     assert not any(f.startswith(("--web.enable-lifecycle", "--web.enable-admin-api")) for f in flags)
 
 
+@pytest.mark.slow
 def test_grafana_has_no_anonymous_access_and_no_default_password(compose_file):
     env = compose_file["services"]["grafana"]["environment"]
     assert str(env.get("GF_AUTH_ANONYMOUS_ENABLED", "false")).lower() == "false"

@@ -28,6 +28,8 @@ from backends.engine.tree import DraftTree
 from backends.serving import VllmMetrics, create_openai_app
 from backends.serving.server import BackgroundServer
 
+pytestmark = pytest.mark.slow  # torch
+
 PROMPTS = [
     "What are three good habits for staying healthy?",
     "Summarise in one sentence: the river floods the valley in spring and runs low in summer.",

@@ -107,6 +107,7 @@ def test_shipped_policies_are_valid():
         load_policy(path)
 
 
+@pytest.mark.slow
 def test_check_command_exit_codes(tmp_path):
     good = tmp_path / "good.yaml"
     good.write_text(VALID)

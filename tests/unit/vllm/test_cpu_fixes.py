@@ -15,6 +15,8 @@ torch = pytest.importorskip("torch")
 
 from backends.vllm.cpu_fixes import expand, register  # noqa: E402 - only once torch is known to be installed
 
+pytestmark = pytest.mark.slow  # torch and vLLM
+
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int64])
 def test_each_request_value_fills_its_tokens_span(dtype):
