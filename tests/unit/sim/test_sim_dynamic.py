@@ -11,9 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from backends.serving import GenerationRequest, VllmMetrics
-from backends.sim.command import add_arguments
 from backends.sim.engine import SimEngine
 from backends.sim.model import SimParams, speculates, step_seconds
+from specgate.commands.sim import add_arguments
 
 
 @pytest.mark.parametrize("batch,speculating", [(1, True), (32, True), (33, False), (256, False)])
