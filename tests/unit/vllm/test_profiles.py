@@ -29,6 +29,7 @@ def test_every_profile_renders_a_vllm_command():
         assert ("--speculative-config" in argv) == profile.speculative
 
 
+@pytest.mark.slow
 def test_speculative_configs_use_vllm_0_32_names():
     from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
 
