@@ -52,14 +52,6 @@ class Runtime:
     def chain(self, names: Iterable[str]) -> list[Upstream]:
         return [self.upstreams[name] for name in names]
 
-    def load(self) -> Mapping[str, int]:
-        """Each pool's load: the larger of the fleet's count (this gateway's in
-        flight and waiting in the pool's queue, plus the other replicas' as last
-        published) and the backends' running + waiting as last reported."""
-        reported, others = self.reported.snapshot(), self.others()
-        return {name: max(pool.in_flight + pool.queue.waiting + others.pool(name), reported.get(name, 0))
-                for name, pool in self.pools.items()}
-
     def counts(self) -> LocalCounts:
         """What this gateway publishes to the fleet: per pool in flight + waiting,
         per endpoint in flight."""

@@ -10,6 +10,7 @@ import yaml
 
 from backends.serving.server import BackgroundServer
 from gateway.edge.app import create_app
+from gateway.edge.load_view import DecisionLoad
 from gateway.settings import Settings
 from tests.fakes.waiting import wait_until
 from tests.integration.gateway.conftest import ADMIN_TOKEN, policy_dict
@@ -78,7 +79,7 @@ def test_guard_trips_recovers_and_fails_static_on_a_real_prometheus(fakes, prome
             wait_until(lambda: guard()["pools"]["speculative"]["latency"]["regression_pct"] is not None,
                        "p95 latency of both pools")
             assert_read_through_prometheus(guard(), spec_fake)
-            assert app.state.runtime.load()["speculative"] == 7
+            assert DecisionLoad(app.state.runtime)()["speculative"] == 7
             assert served_by(client) == "speculative"
 
             feeder.acceptance = 0.2  # 1 of 3 drafted tokens: acceptance 1/3, under 0.4
