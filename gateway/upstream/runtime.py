@@ -15,17 +15,20 @@ from collections.abc import Callable, Iterable, Mapping
 from gateway.decide.policy import Policy
 from gateway.load import LoadReport
 from gateway.state.fleet_load import NOWHERE, Elsewhere, LocalCounts
-from gateway.upstream.pools import Pool
+from gateway.upstream.pools import Endpoint, Pool
 from gateway.upstream.upstream import Upstream
 
 
 class Runtime:
-    def __init__(self, policy: Policy, reported: LoadReport | None = None) -> None:
+    def __init__(self, policy: Policy, reported: LoadReport | None = None, *,
+                 others: Callable[[], Elsewhere] = lambda: NOWHERE,
+                 on_health_change: Callable[[Pool, Endpoint], None] = lambda pool, endpoint: None) -> None:
         self.policy = policy
         self.reported = reported or LoadReport()
         self.upstreams: dict[str, Upstream] = {}
         self.pools: dict[str, Pool] = {}  # the upstreams' pools, by name
-        self.others: Callable[[], Elsewhere] = lambda: NOWHERE  # the other replicas' counts (shared state)
+        self.others = others  # the other replicas' counts (shared state)
+        self.on_health_change = on_health_change  # handed to every pool
         self._retiring: dict[asyncio.Task[None], Upstream] = {}
         self.apply(policy)
 
@@ -39,8 +42,8 @@ class Runtime:
             if kept is not None and kept.pool.spec == spec:
                 upstreams[name] = kept
                 continue
-            upstreams[name] = Upstream(Pool(name, spec))
-            upstreams[name].pool.elsewhere = functools.partial(self._endpoints_elsewhere, name)
+            upstreams[name] = Upstream(Pool(name, spec, elsewhere=functools.partial(self._endpoints_elsewhere, name),
+                                            on_health_change=self.on_health_change))
             created.append(upstreams[name].pool)
         self.policy, self.upstreams = policy, upstreams
         self.pools = {name: upstream.pool for name, upstream in upstreams.items()}
