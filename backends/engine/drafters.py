@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from backends.engine.cli import DRAFTER_CHOICES
 from backends.engine.generate import Drafter
 from backends.engine.ngram import NgramConfig, NgramDrafter
+from backends.engine.options import DRAFTER_CHOICES
 
 
 def make_drafter_factory(spec: str, target: Any = None) -> Callable[[], Drafter]:

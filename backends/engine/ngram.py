@@ -17,7 +17,7 @@ from backends.engine.tree import DraftTree, TrieBuilder
 
 @dataclass(frozen=True)
 class NgramConfig:
-    """Defaults tuned on a 2-core CPU (docs/benchmarks.md): there scoring 12
+    """Defaults tuned on a 2-core CPU (docs/benchmarks/engine.md): there scoring 12
     tokens costs ~1.4x one token, so trees stay small; single-token matches
     and up to five merged continuations pay off at that price."""
 

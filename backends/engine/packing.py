@@ -5,7 +5,7 @@ token reads the weights at about half the memory bandwidth, and scoring a
 draft tree of 2-12 tokens costs 1.2-1.5x as much again. oneDNN with the
 weight reordered once into its blocked layout decodes one token about twice
 as fast, and its cost grows slowly with the tokens scored, which is the
-regime tree verification needs (docs/benchmarks.md).
+regime tree verification needs (docs/benchmarks/engine.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Check that a draft model's tokenizer is interchangeable with the target's.
+"""Is a draft model's tokenizer interchangeable with the target's (`specgate check-draft`)?
 
 Speculative decoding compares token ids: a draft whose tokenizer differs in
 vocabulary, special tokens or how it splits text proposes tokens the target
@@ -8,7 +8,6 @@ prepared SmolLM2-135M-Instruct (`specgate model prepare`).
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 SAMPLES = (
@@ -46,19 +45,3 @@ def load_tokenizer(name: str) -> Any:
     from backends.model import prepare
 
     return AutoTokenizer.from_pretrained(prepare() if name == "default" else name)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", help="target model folder, or 'default'")
-    parser.add_argument("draft", help="draft model folder, or 'default'")
-
-
-def run(args: argparse.Namespace) -> int:
-    found = differences(load_tokenizer(args.target), load_tokenizer(args.draft))
-    if found:
-        print(f"incompatible: {args.draft} cannot draft for {args.target}")
-        for line in found:
-            print(f"  - {line}")
-        return 1
-    print(f"compatible: vocabulary, special tokens and {len(SAMPLES)} sample encodings match")
-    return 0

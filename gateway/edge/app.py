@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
@@ -39,7 +38,7 @@ from gateway.edge.tracing import TracingMiddleware, tracer_for
 from gateway.flags import FlagStore, PoolFlag, reason_word
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
-from gateway.state.fleet_load import FleetLoad
+from gateway.state.fleet_load import NOWHERE, FleetLoad, LocalCounts
 from gateway.state.overrides import SharedOverrides
 from gateway.state.shared_learning import Observation, SharedLearning
 from gateway.state.store import StateStore
@@ -71,18 +70,18 @@ class GatewayParts:
         self.tracer = tracer or tracer_for(settings)  # the no-op one unless tracing is on
         self.metrics = GatewayMetrics()
         self.state = state_store(settings, self.metrics)  # before the parts that share through it
-        self.runtime = Runtime(policy)
+        self.fleet, self.learning = self._shared_routing()
+        self.runtime = Runtime(policy, others=self.fleet.others if self.fleet is not None else lambda: NOWHERE,
+                               on_health_change=self._record_health)
         self.flags = FlagStore(policy.speculative_pools)
         self.overrides = SharedOverrides(self.state, self.flags) if self.state is not None else None
         self.class_latency = ClassLatency()
         self.latency = cold_model(policy)
         self.capture = Capture(policy.spec.capture, self.metrics)
-        self.fleet, self.learning = self._shared_routing()
         self.proxy = ProxyEndpoints(settings, self.runtime, self.flags, self.metrics,
                                     ClientKeys.load(settings.api_keys, settings.api_keys_file),
                                     class_latency=self.class_latency, latency=self.latency,
-                                    capture=self.capture)
-        self.proxy.recorder.sinks.append(self.observe)
+                                    capture=self.capture, observers=[self.observe])
         self.log = structlog.get_logger("specgate")
         self.health = HealthMonitor(httpx.AsyncClient(trust_env=False))
         self.reloader = PolicyReloader(settings.policy, self.apply, self.metrics)
@@ -154,9 +153,12 @@ class GatewayParts:
         if self.state is None:
             return None, None
         replica = holder_name()  # this process, as the fleet's keys name it
-        fleet = FleetLoad(self.state, replica, self.runtime.counts)
-        self.runtime.others = fleet.others
+        fleet = FleetLoad(self.state, replica, self.local_counts)
         return fleet, SharedLearning(self.state, replica, self.learned)
+
+    def local_counts(self) -> LocalCounts:
+        """What this replica publishes to the fleet (read by the fleet's background task, after start-up)."""
+        return self.runtime.counts()
 
     def _guard_verdicts(self) -> SharedVerdicts | None:
         """With shared state one guard leads and the others apply its verdicts; alone, it leads."""
@@ -193,8 +195,7 @@ class GatewayParts:
 
     def watch_pools(self) -> None:
         """Health checks on the pools in force, and their endpoints' gauges."""
-        for pool in self.runtime.pools.values():
-            pool.on_health_change = functools.partial(self._record_health, pool)
+        for pool in self.runtime.pools.values():  # each pool reports its changes itself (Runtime's on_health_change)
             self._record_health(pool)
         with contextlib.suppress(RuntimeError):  # before start-up the lifespan calls this again
             self.health.watch(self.runtime.pools.values())

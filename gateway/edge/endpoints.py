@@ -32,7 +32,7 @@ from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
 from gateway.policy.classes import traffic_class
 from gateway.settings import Settings
-from gateway.upstream.exchange import Exchange, Outgoing, Recorder, usage_hidden
+from gateway.upstream.exchange import Exchange, Outgoing, Recorder, Sink, usage_hidden
 from gateway.upstream.proxy import Forwarder, request_headers
 from gateway.upstream.queue_metrics import QueueMetrics
 from gateway.upstream.relay import Relay, RelayTimeouts
@@ -72,7 +72,8 @@ class ProxyEndpoints:
     def __init__(self, settings: Settings, runtime: Runtime, flags: FlagStore,
                  metrics: GatewayMetrics, keys: ClientKeys | None = None,
                  rng: random.Random | None = None, class_latency: ClassLatency | None = None,
-                 latency: LatencyModel | None = None, capture: Capture | None = None) -> None:
+                 latency: LatencyModel | None = None, capture: Capture | None = None,
+                 observers: Sequence[Sink] = ()) -> None:
         self.settings = settings
         self.capture = capture  # offered each chat/completions request after routing
         self.class_latency = class_latency
@@ -85,7 +86,7 @@ class ProxyEndpoints:
         self.flags = flags
         self.metrics = metrics
         self.rng = rng or random.Random()
-        self.recorder = Recorder(metrics, runtime, class_latency)
+        self.recorder = Recorder(metrics, runtime, class_latency, observers)  # each answer's Measurement
         self.forwarder = Forwarder(on_error=self.recorder.error, on_retry=self.recorder.retry,
                                    waits=QueueMetrics(metrics.registry))
 

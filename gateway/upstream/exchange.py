@@ -119,11 +119,11 @@ class Recorder:
     per output token by traffic class, for the guard, is one)."""
 
     def __init__(self, metrics: GatewayMetrics, runtime: Runtime,
-                 class_latency: ClassLatency | None = None) -> None:
+                 class_latency: ClassLatency | None = None, sinks: Sequence[Sink] = ()) -> None:
         self.metrics = metrics
         self.runtime = runtime
         self.class_latency = class_latency
-        self.sinks: list[Sink] = [] if class_latency is None else [self._class_timing]
+        self.sinks: list[Sink] = [*([] if class_latency is None else [self._class_timing]), *sinks]
         self.log = structlog.get_logger("specgate.request")
 
     def overhead(self, seconds: float) -> None:

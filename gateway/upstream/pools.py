@@ -111,9 +111,18 @@ class Lease:
         self.pool.release(self, ok)
 
 
+_NO_COUNTS: Mapping[str, int] = MappingProxyType({})
+
+
+def _nowhere() -> Mapping[str, int]:
+    return _NO_COUNTS
+
+
 class Pool:
     def __init__(self, name: str, spec: PoolSpec, clock: Callable[[], float] = time.monotonic,
-                 rng: random.Random | None = None, on_release: Callable[[str], None] | None = None) -> None:
+                 rng: random.Random | None = None, *, elsewhere: Callable[[], Mapping[str, int]] = _nowhere,
+                 on_health_change: Callable[[Pool, Endpoint], None] = lambda pool, endpoint: None,
+                 on_release: Callable[[str], None] | None = None) -> None:
         self.name = name
         self.on_release = on_release  # a lease came back: the admission gate re-routes a held request
         self.spec = spec
@@ -122,8 +131,8 @@ class Pool:
         self.endpoints = [Endpoint(e.url, e.weight, e.max_in_flight or spec.max_in_flight)
                           for e in spec.endpoints]
         self.in_flight = 0  # requests this gateway has open on the pool
-        self.elsewhere: Callable[[], Mapping[str, int]] = _nowhere  # url -> other replicas' in flight
-        self.on_health_change: Callable[[Endpoint], None] = lambda endpoint: None
+        self.elsewhere = elsewhere  # url -> other replicas' in flight
+        self.on_health_change = on_health_change  # an endpoint of this pool went up or down
         self.queue = WaitQueue(name, *queue_limits(spec), free=self.free)
         by_prefix = balance_of(spec.balance, len(spec.endpoints)) == "prefix"
         self.balancer: Balancer[Endpoint] = (
@@ -208,7 +217,7 @@ class Pool:
     def set_health(self, endpoint: Endpoint, healthy: bool) -> None:
         if endpoint.healthy != healthy:
             endpoint.healthy = healthy
-            self.on_health_change(endpoint)
+            self.on_health_change(self, endpoint)
             if healthy and self.queue.waiting:
                 self.queue.wake()
             elif not healthy:
@@ -220,7 +229,7 @@ class Pool:
         endpoint.ejected_until = 0.0
         endpoint.backoff_s = 0.0
         if was_ejected:
-            self.on_health_change(endpoint)
+            self.on_health_change(self, endpoint)
 
     def _failed(self, endpoint: Endpoint) -> None:
         endpoint.failures += 1
@@ -231,7 +240,7 @@ class Pool:
                                      endpoint.backoff_s * 2 if endpoint.backoff_s else health.backoff_s)
             endpoint.ejected_until = self.clock() + endpoint.backoff_s
             if not was_ejected:
-                self.on_health_change(endpoint)
+                self.on_health_change(self, endpoint)
                 self._capacity_lost()
 
     def _least_bad(self, endpoints: list[Endpoint], now: float) -> Endpoint:
@@ -246,13 +255,6 @@ class Pool:
         raise NoHealthyBackend(f"every endpoint of pool '{self.name}' is ejected after failing; "
                                f"the first may be tried again in {max(back, 0.0):.1f} s",
                                retry_after_s=max(1, math.ceil(back)))
-
-
-_NO_COUNTS: Mapping[str, int] = MappingProxyType({})
-
-
-def _nowhere() -> Mapping[str, int]:
-    return _NO_COUNTS
 
 
 def queue_limits(spec: PoolSpec) -> tuple[int, float]:

@@ -16,19 +16,22 @@ from gateway.decide.policy import Policy
 from gateway.load import LoadReport
 from gateway.state.fleet_load import NOWHERE, Elsewhere, LocalCounts
 from gateway.upstream.admission import AdmissionGate
-from gateway.upstream.pools import Pool
+from gateway.upstream.pools import Endpoint, Pool
 from gateway.upstream.upstream import Upstream
 
 
 class Runtime:
-    def __init__(self, policy: Policy, reported: LoadReport | None = None,
+    def __init__(self, policy: Policy, reported: LoadReport | None = None, *,
+                 others: Callable[[], Elsewhere] = lambda: NOWHERE,
+                 on_health_change: Callable[[Pool, Endpoint], None] = lambda pool, endpoint: None,
                  gate: AdmissionGate | None = None) -> None:
         self.policy = policy
         self.reported = reported or LoadReport()
         self.gate = gate or AdmissionGate()  # requests held while every candidate is past its objective
         self.upstreams: dict[str, Upstream] = {}
         self.pools: dict[str, Pool] = {}  # the upstreams' pools, by name
-        self.others: Callable[[], Elsewhere] = lambda: NOWHERE  # the other replicas' counts (shared state)
+        self.others = others  # the other replicas' counts (shared state)
+        self.on_health_change = on_health_change  # handed to every pool
         self._retiring: dict[asyncio.Task[None], Upstream] = {}
         self.apply(policy)
 
@@ -42,8 +45,8 @@ class Runtime:
             if kept is not None and kept.pool.spec == spec:
                 upstreams[name] = kept
                 continue
-            upstreams[name] = Upstream(Pool(name, spec, on_release=self.gate.released))
-            upstreams[name].pool.elsewhere = functools.partial(self._endpoints_elsewhere, name)
+            upstreams[name] = Upstream(Pool(name, spec, elsewhere=functools.partial(self._endpoints_elsewhere, name),
+                                            on_health_change=self.on_health_change, on_release=self.gate.released))
             created.append(upstreams[name].pool)
         self.policy, self.upstreams = policy, upstreams
         self.pools = {name: upstream.pool for name, upstream in upstreams.items()}
@@ -54,14 +57,6 @@ class Runtime:
 
     def chain(self, names: Iterable[str]) -> list[Upstream]:
         return [self.upstreams[name] for name in names]
-
-    def load(self) -> Mapping[str, int]:
-        """Each pool's load: the larger of the fleet's count (this gateway's in
-        flight and waiting in the pool's queue, plus the other replicas' as last
-        published) and the backends' running + waiting as last reported."""
-        reported, others = self.reported.snapshot(), self.others()
-        return {name: max(pool.in_flight + pool.queue.waiting + others.pool(name), reported.get(name, 0))
-                for name, pool in self.pools.items()}
 
     def counts(self) -> LocalCounts:
         """What this gateway publishes to the fleet: per pool in flight + waiting,

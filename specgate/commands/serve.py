@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specgate.workers import serve_worker, supervise, uvicorn_options
+
 WORKERS_HELP = (
     "worker processes, each a whole gateway, sharing the port through SO_REUSEPORT (default 1). "
     "More than 1 needs SPECGATE_STATE_URL, so the workers share overrides, the guard and the "
@@ -38,14 +40,12 @@ def run(args: argparse.Namespace) -> int:
                   "log_level": args.log_level}.items() if value is not None}
     settings = Settings(**overrides)
     if args.workers != 1 and args.worker_of is None:
-        from specgate.commands.serve_workers import supervise
         return supervise(args, settings)
     configure_logging(settings.log_level)
     app = _app(settings)
     if app is None:
         return 1
     if args.worker_of is not None:
-        from specgate.commands.serve_workers import serve_worker
         return serve_worker(app, settings, args.worker_of)
     import uvicorn
     uvicorn.run(app, **uvicorn_options(settings))
@@ -61,12 +61,3 @@ def _app(settings: Any) -> Any:
     except PolicyError as exc:
         print(exc, file=sys.stderr)
         return None
-
-
-def uvicorn_options(settings: Any) -> dict[str, Any]:
-    """How uvicorn serves the gateway, one process or each worker of many."""
-    from gateway.edge.http_protocol import with_header_timeout
-    # uvicorn types the drain as int but waits with asyncio: a float is kept exact (int() made 0.8 s none)
-    return {"host": settings.host, "port": settings.port, "log_level": "warning", "access_log": False,
-            "timeout_graceful_shutdown": settings.drain_timeout_s,
-            "http": with_header_timeout(settings.header_timeout_s), "lifespan": "on"}

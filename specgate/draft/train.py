@@ -1,22 +1,9 @@
-"""`specgate draft train`: an EAGLE-3 head from a draft dataset.
-
-1. Features: the target runs once over the dataset (`specgate.draft.features`);
-   a feature directory that already holds them is reused.
-2. Draft vocabulary: the most frequent target tokens of the training split's
-   responses (`--draft-vocab`); the lm head starts from the target's rows.
-3. Training: training-time test over `--ttt-steps` draft steps (later steps
-   read the head's own hidden state), loss masked to response tokens.
-4. Output directory: the checkpoint (config.json, model.safetensors, which vLLM
-   and the bundled engine load), training.json, eval.json (held-out acceptance
-   per position), loss.png and accuracy.png.
-"""
+"""The options of training an EAGLE-3 head (`specgate draft train`); the training is
+`specgate.draft.trainer`."""
 
 from __future__ import annotations
 
-import argparse
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -30,45 +17,3 @@ class TrainOptions:
     holdout: float = 0.1
     max_tokens: int = 1024
     save_dtype: str = "bfloat16"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    defaults = TrainOptions()
-    parser.add_argument("--data", required=True, help="dataset directory written by `specgate draft data`")
-    parser.add_argument("--out", required=True, help="output directory: the head, eval.json, plots")
-    parser.add_argument("--model", help="target model folder (default: the prepared SmolLM2-135M-Instruct)")
-    parser.add_argument("--features", help="feature directory to reuse or fill (default: OUT/features)")
-    parser.add_argument("--steps", type=int, default=defaults.steps)
-    parser.add_argument("--ttt-steps", type=int, default=defaults.ttt_steps, help="draft steps trained")
-    parser.add_argument("--draft-vocab", type=int, default=defaults.draft_vocab, help="draft vocabulary size")
-    parser.add_argument("--lr", type=float, default=defaults.lr)
-    parser.add_argument("--batch-tokens", type=int, default=defaults.batch_tokens)
-    parser.add_argument("--holdout", type=float, default=defaults.holdout, help="held-out share of records")
-    parser.add_argument("--held-out-data", help="a second dataset to evaluate on (then all of --data trains)")
-    parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens, help="per record")
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
-    parser.add_argument("--no-progress", action="store_true")
-
-
-def run(args: argparse.Namespace) -> int:
-    from backends.model import prepare
-    from specgate.draft.trainer import train
-
-    options = TrainOptions(steps=args.steps, ttt_steps=args.ttt_steps, draft_vocab=args.draft_vocab, lr=args.lr,
-                           batch_tokens=args.batch_tokens, seed=args.seed, holdout=args.holdout,
-                           max_tokens=args.max_tokens)  # fmt: skip
-    if min(options.steps, options.ttt_steps, options.draft_vocab, options.batch_tokens) < 1:
-        raise SystemExit("--steps, --ttt-steps, --draft-vocab and --batch-tokens must be positive")
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    model_dir = Path(args.model).expanduser() if args.model else prepare()
-    summary = train(Path(args.data), Path(args.out), model_dir, options,
-                    Path(args.features) if args.features else None, progress=not args.no_progress,
-                    held_out_data=Path(args.held_out_data) if args.held_out_data else None)  # fmt: skip
-    held = summary["held_out"]
-    print(f"held-out acceptance per position {held['acceptance_per_position']}, "
-          f"mean accepted length {held['mean_accepted_length']}; head in {os.fspath(args.out)}")  # fmt: skip
-    return 0

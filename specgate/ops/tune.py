@@ -1,4 +1,4 @@
-"""`specgate tune`: find the draft length that pays off on this hardware.
+"""Find the draft length that pays off on this hardware (`specgate tune`).
 
 Starts the standard profile once and keeps it up; then, for every candidate
 `num_speculative_tokens` (and, for n-gram, `prompt_lookup_max`), starts the
@@ -16,18 +16,18 @@ profiles (backends/vllm); tests pass one that starts the pool simulator.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import itertools
 import json
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import Any
 
+from specgate.ops.bench import run_bench, served_model
+from specgate.ops.measure import timed_request
 from specgate.ops.prompts import Prompt
+from specgate.up import SERVED_MODEL, VLLM_CPU_ARGS, Service, wait_healthy
 
 Launch = Callable[[Mapping[str, Any] | None, int], AbstractContextManager[str]]
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
@@ -56,7 +56,6 @@ def spec_counters(url: str) -> tuple[float, float]:
 def _warm_up(url: str, prompt: Prompt, model: str) -> None:
     import httpx
 
-    from specgate.ops.measure import timed_request
 
     async def once() -> None:
         async with httpx.AsyncClient(timeout=600, trust_env=False) as client:
@@ -68,7 +67,6 @@ def _warm_up(url: str, prompt: Prompt, model: str) -> None:
 def sweep(launch: Launch, configs: Sequence[Mapping[str, Any]], prompts: Sequence[Prompt], *, requests: int,
           concurrency: int, max_tokens: int, port: int, model: str | None = None,
           progress: Callable[[str], None] = print) -> dict[str, Any]:
-    from specgate.ops.bench import run_bench, served_model
 
     rows = []
     with launch(None, port) as standard:
@@ -123,7 +121,6 @@ def vllm_launcher(profile_name: str, cache: str | None = None) -> Launch:
     """Start vLLM's CPU server from a launch profile, serving the packaged model."""
     from backends.model import cache_dir, prepare
     from backends.vllm import load_profiles, render
-    from specgate.up import SERVED_MODEL, VLLM_CPU_ARGS, Service, wait_healthy
 
     _, profiles = load_profiles()
     model_dir = prepare(cache)
@@ -144,51 +141,3 @@ def vllm_launcher(profile_name: str, cache: str | None = None) -> Launch:
             service.stop()
 
     return launch
-
-
-def _ints(text: str) -> list[int]:
-    return [int(part) for part in text.split(",") if part.strip()]
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profile", default="speculative-ngram",
-                        help="speculative launch profile (default: %(default)s)")
-    parser.add_argument("--values", type=_ints, default=[2, 4, 6],
-                        help="num_speculative_tokens to try (default: 2,4,6)")
-    parser.add_argument("--lookup-max", type=_ints, default=[],
-                        help="n-gram profiles: prompt_lookup_max values to try with each (default: the profile's)")
-    parser.add_argument("--requests", type=int, default=8, help="requests per candidate and per server")
-    parser.add_argument("--concurrency", type=int, default=1, help="requests in flight (default: %(default)s)")
-    parser.add_argument("--max-tokens", type=int, default=64, help="unless a prompt sets its own")
-    parser.add_argument("--prompts", help="JSONL prompts (default: the built-in mixed set)")
-    parser.add_argument("--port", type=int, default=8011,
-                        help="standard server port; candidates use the next one (default: %(default)s)")
-    parser.add_argument("--cache-dir", help="prepared model and logs (default: as `specgate up`)")
-    parser.add_argument("--out", type=Path, default=Path("tune-out"), help="directory for tune.json")
-
-
-def run(args: argparse.Namespace) -> int:
-    from backends.vllm import load_profiles
-    from specgate.ops.prompts import builtin_prompts, load_prompts
-
-    _, profiles = load_profiles()
-    profile = profiles.get(args.profile)
-    if profile is None or not profile.speculative:
-        speculative = sorted(name for name, p in profiles.items() if p.speculative)
-        print(f"specgate tune: {args.profile!r} is not a speculative profile; choose one of {', '.join(speculative)}",
-              file=sys.stderr)
-        return 2
-    if args.lookup_max and profile.speculative_config.get("method") != "ngram":
-        print("specgate tune: --lookup-max applies to n-gram profiles only", file=sys.stderr)
-        return 2
-    prompts = load_prompts(args.prompts) if args.prompts else builtin_prompts()
-    result = sweep(vllm_launcher(args.profile, args.cache_dir), candidates(args.values, args.lookup_max), prompts,
-                   requests=args.requests, concurrency=args.concurrency, max_tokens=args.max_tokens, port=args.port)
-    result["profile"] = args.profile
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "tune.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(table(result))
-    print(f"recommended for {args.profile}: {json.dumps(result['recommended'])}" if result["recommended"]
-          else "no candidate could be measured")
-    print(f"wrote {args.out / 'tune.json'}")
-    return 0 if result["recommended"] else 1

@@ -2,7 +2,7 @@
 
 `FakeVllm` (tests.fakes.vllm) is a controllable fake vLLM server;
 `FakeVllmProcess` (tests.fakes.process) runs one as a child process. Names are
-resolved on first use so that `python -m tests.fakes.vllm` runs cleanly.
+resolved on first use so that `python -m tests.fakes.vllm_command` runs cleanly.
 """
 
 from __future__ import annotations

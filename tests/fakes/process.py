@@ -48,7 +48,7 @@ def wait_until_ok(url: str, process: subprocess.Popen[bytes], timeout: float = 2
 
 
 class FakeVllmProcess:
-    """`python -m tests.fakes.vllm --port PORT ARGS...` with start/kill/restart.
+    """`python -m tests.fakes.vllm_command --port PORT ARGS...` with start/kill/restart.
 
     `args` are extra command-line options, e.g. `("--kind", "standard", "--delay", "0.01")`.
     """
@@ -65,7 +65,7 @@ class FakeVllmProcess:
 
     def start(self, timeout: float = 20.0) -> FakeVllmProcess:
         address = ("--host", self.host, "--port", str(self.port))
-        self.process = spawn_module("tests.fakes.vllm", *address, *self.args)
+        self.process = spawn_module("tests.fakes.vllm_command", *address, *self.args)
         try:
             wait_until_ok(f"{self.url}/health", self.process, timeout)
         except RuntimeError:

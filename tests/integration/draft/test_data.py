@@ -45,6 +45,7 @@ def chosen(path: Path):
     return [p for p in (parse(json.loads(line)) for line in path.read_text().splitlines()[:8])]
 
 
+@pytest.mark.slow
 def test_data_answers_dedupes_and_writes_masked_records(fake, tmp_path):
     os.environ["HF_HUB_OFFLINE"] = "1"
     out = tmp_path / "data"

@@ -70,6 +70,7 @@ def test_keys_from_a_file(start_gateway, spec_fake, std_fake, tmp_path):
     assert post(gw, "alpha-key").status_code == 401
 
 
+@pytest.mark.slow
 def test_logs_never_hold_prompts_completions_or_secrets(tmp_path, spec_fake, std_fake):
     prompt, completion = "PROMPT-CANARY-7731 tell me", "COMPLETION-CANARY-5519 done"
     secrets = ["ADMIN-CANARY-TOKEN", "CLIENT-CANARY-KEY", "UPSTREAM-CANARY-KEY"]

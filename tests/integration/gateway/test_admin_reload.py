@@ -100,6 +100,7 @@ def test_hot_reload_on_file_change_and_rejection_keeps_the_old_policy(gateway, s
     assert pool_of(gateway) == "speculative"
 
 
+@pytest.mark.slow
 def test_explain_command(tmp_path):
     request = tmp_path / "request.json"
     request.write_text(json.dumps({"messages": [{"role": "user", "content": "```py\nprint(1)\n```"}],
@@ -115,6 +116,7 @@ def test_explain_command(tmp_path):
     assert all(c["samples"] == 0 for c in calm["fastest"]["candidates"]), "nothing measured: the priors"
 
 
+@pytest.mark.slow
 def test_sighup_reloads_a_running_gateway(tmp_path, spec_fake, std_fake):
     import yaml
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import pytest
 
 from tests.integration.gateway.conftest import policy_dict
 
@@ -47,6 +48,7 @@ def capture_policy(spec_url: str, std_url: str, directory: Path, **capture) -> d
     return policy
 
 
+@pytest.mark.slow
 def test_captured_prompts_hold_placeholders_not_pii(start_gateway, spec_fake, std_fake, tmp_path, capfd, caplog):
     directory = tmp_path / "capture"
     gw = start_gateway(capture_policy(spec_fake.url, std_fake.url, directory))

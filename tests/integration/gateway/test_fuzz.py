@@ -18,6 +18,8 @@ from tests.fakes.vllm import FakeVllm
 
 from .conftest import policy_dict
 
+pytestmark = pytest.mark.slow  # fuzzing: thousands of generated requests
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),

@@ -208,6 +208,7 @@ def check(answer: Answer, marker: str) -> list[str]:
     return problems
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(plan=connections)
 def test_raw_http_surface(surface, plan):

@@ -14,6 +14,7 @@ import pytest
 from starlette.types import Receive, Scope, Send
 
 from backends.serving.server import BackgroundServer
+from gateway.edge.load_view import DecisionLoad
 from tests.fakes.waiting import wait_until
 
 from .conftest import Gateway, policy_dict
@@ -39,7 +40,7 @@ def idle(gateway: Gateway) -> bool:
 def assert_idle(gateway: Gateway) -> None:
     """Every pool, endpoint and gauge back at 0 (the pool's own books, not only the gauge)."""
     wait_until(lambda: idle(gateway), f"nothing in flight (now {accounting(gateway)})", timeout=15)
-    assert all(load == 0 for load in gateway.app.state.runtime.load().values())
+    assert all(load == 0 for load in DecisionLoad(gateway.app.state.runtime)().values())
 
 
 def post(gateway: Gateway, body: dict, **kwargs) -> httpx.Response:

@@ -17,6 +17,7 @@ from gateway.control.guard import Guard
 from gateway.control.signals import PrometheusSource, ScrapeSource, SignalError, Target, address
 from gateway.decide.policy import parse_policy
 from gateway.edge.app import create_app
+from gateway.edge.load_view import DecisionLoad
 from gateway.flags import FlagStore, reason_word
 from gateway.metrics import GatewayMetrics
 from gateway.policy.guard import GuardSpec
@@ -62,7 +63,7 @@ def test_nan_inf_and_empty_vectors_through_the_gateway(fakes, tmp_path):
         prometheus.answers = good_vectors(address(spec_fake.url))
         app = create_app(Settings(policy=path, admin_token=ADMIN_TOKEN, prometheus_url=prometheus.url))
         server = BackgroundServer(app, lifespan="on").start()
-        runtime = app.state.runtime
+        load = DecisionLoad(app.state.runtime)  # what routing reads
 
         def after_two_more_checks() -> httpx.Response:
             """/admin/guard once the guard has read the current answers (or the first failing answer)."""
@@ -78,13 +79,13 @@ def test_nan_inf_and_empty_vectors_through_the_gateway(fakes, tmp_path):
             signals = status["pools"]["speculative"]["signals"]
             assert status["up"] is True and signals["acceptance_rate"] == pytest.approx(2 / 3)
             assert signals["per_position"] == [1.0, 1.0, 0.0], "clamped to [0, 1]"
-            assert runtime.load()["speculative"] == 7
+            assert load()["speculative"] == 7
 
             for name in ("num_requests_running", "num_requests_waiting"):
                 prometheus.answers[name] = []  # the backends stopped exporting load
             status = strict_json(after_two_more_checks().text)
             assert status["pools"]["speculative"]["signals"]["running"] is None
-            assert runtime.load()["speculative"] == 0, "an empty vector clears the load, it does not freeze it"
+            assert load()["speculative"] == 0, "an empty vector clears the load, it does not freeze it"
 
             for name, vector in prometheus.answers.items():
                 value = "NaN" if name == "num_accepted_tokens_total" else "+Inf"
@@ -97,7 +98,7 @@ def test_nan_inf_and_empty_vectors_through_the_gateway(fakes, tmp_path):
             assert status["up"] is True, "numbers that are not numbers are missing data, not an outage"
             assert signals["acceptance_rate"] is None and signals["running"] is None
             assert status["pools"]["speculative"]["verdict"] == "hold"
-            assert runtime.load()["speculative"] == 0
+            assert load()["speculative"] == 0
             flags = httpx.get(server.url + "/admin/flags", headers=AUTH, timeout=5)
             assert flags.status_code == 200 and strict_json(flags.text)["speculative"]["enabled"] is True
         finally:

@@ -10,10 +10,13 @@ import yaml
 
 from backends.serving.server import BackgroundServer
 from gateway.edge.app import create_app
+from gateway.edge.load_view import DecisionLoad
 from gateway.settings import Settings
 from tests.fakes.waiting import wait_until
 from tests.integration.gateway.conftest import ADMIN_TOKEN, policy_dict
 from tests.integration.guard.conftest import Feeder
+
+pytestmark = pytest.mark.slow  # a real Prometheus server
 
 AUTH = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 
@@ -33,6 +36,24 @@ def served_by(client: openai.OpenAI) -> str:
         model="any", messages=[{"role": "user", "content": "Tell me a story."}], max_tokens=64, temperature=0.5)
     raw.parse()
     return raw.headers["x-specgate-pool"]
+
+
+def assert_read_through_prometheus(status: dict, spec_fake) -> None:
+    """What the guard read of the speculative pool: acceptance 2/3 over 3 draft positions,
+    5 running and 2 waiting, and latency level with the standard pool."""
+    assert status["up"] is True and status["source"] == "prometheus"
+    pool = status["pools"]["speculative"]
+    assert pool["enough_data"] and pool["signals"]["acceptance_rate"] == pytest.approx(2 / 3, abs=0.02)
+    assert pool["signals"]["mean_accepted_length"] == pytest.approx(3.0, abs=0.05)
+    # A position's increase over the drafts' increase: both queries are evaluated
+    # at one instant (windows a scrape apart gave 1.021), and clamped to [0, 1].
+    per_position = pool["signals"]["per_position"]
+    assert all(0.0 <= p <= 1.0 for p in per_position), per_position
+    assert per_position == pytest.approx([1.0, 1.0, 0.0], abs=0.02)
+    assert pool["signals"]["running"] == 5 and pool["signals"]["waiting"] == 2
+    assert pool["latency"]["baseline"] == "standard"
+    assert pool["latency"]["regression_pct"] == pytest.approx(0, abs=10)
+    assert f"127.0.0.1:{spec_fake.port}" in pool["signals"]["endpoints"]
 
 
 def test_guard_trips_recovers_and_fails_static_on_a_real_prometheus(fakes, prometheus, tmp_path):
@@ -57,21 +78,8 @@ def test_guard_trips_recovers_and_fails_static_on_a_real_prometheus(fakes, prome
             wait_until(lambda: (acceptance() or 0) > 0.6, "acceptance 2/3 read through Prometheus")
             wait_until(lambda: guard()["pools"]["speculative"]["latency"]["regression_pct"] is not None,
                        "p95 latency of both pools")
-            status = guard()
-            assert status["up"] is True and status["source"] == "prometheus"
-            pool = status["pools"]["speculative"]
-            assert pool["enough_data"] and pool["signals"]["acceptance_rate"] == pytest.approx(2 / 3, abs=0.02)
-            assert pool["signals"]["mean_accepted_length"] == pytest.approx(3.0, abs=0.05)
-            # A position's increase over the drafts' increase: both queries are evaluated
-            # at one instant (windows a scrape apart gave 1.021), and clamped to [0, 1].
-            per_position = pool["signals"]["per_position"]
-            assert all(0.0 <= p <= 1.0 for p in per_position), per_position
-            assert per_position == pytest.approx([1.0, 1.0, 0.0], abs=0.02)
-            assert pool["signals"]["running"] == 5 and pool["signals"]["waiting"] == 2
-            assert app.state.runtime.load()["speculative"] == 7
-            assert pool["latency"]["baseline"] == "standard"
-            assert pool["latency"]["regression_pct"] == pytest.approx(0, abs=10)
-            assert f"127.0.0.1:{spec_fake.port}" in pool["signals"]["endpoints"]
+            assert_read_through_prometheus(guard(), spec_fake)
+            assert DecisionLoad(app.state.runtime)()["speculative"] == 7
             assert served_by(client) == "speculative"
 
             feeder.acceptance = 0.2  # 1 of 3 drafted tokens: acceptance 1/3, under 0.4

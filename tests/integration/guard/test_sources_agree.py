@@ -12,6 +12,8 @@ from gateway.control.signals import PrometheusSource, ScrapeSource, SignalError,
 from gateway.policy.guard import GuardSpec
 from tests.integration.guard.conftest import Feeder
 
+pytestmark = pytest.mark.slow  # a real Prometheus server
+
 WINDOW_S = 8
 
 

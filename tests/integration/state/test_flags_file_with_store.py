@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import structlog
 
 from tests.fakes.process import free_port
 from tests.fakes.redis_server import RedisServer
 from tests.fakes.waiting import wait_until
 from tests.integration.state.fleet_rig import Replica, policy
+
+pytestmark = pytest.mark.slow  # a real redis-server
 
 INITIAL = b"speculative: {mode: force_off}\n"
 

@@ -15,6 +15,8 @@ from tests.fakes.vllm import FakeVllm
 from tests.fakes.waiting import wait_until
 from tests.integration.state.fleet_rig import Replica, policy
 
+pytestmark = pytest.mark.slow  # a real redis-server
+
 
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[tuple[Replica, Replica]]:

@@ -21,6 +21,8 @@ from tests.fakes.vllm import FakeVllm
 from tests.fakes.waiting import wait_until
 from tests.integration.state.fleet_rig import ADMIN_TOKEN, Replica, policy
 
+pytestmark = pytest.mark.slow  # a real redis-server
+
 BURST = 4  # streams held open on replica A; the policy's busy threshold too
 FLEET_KEYS = "specgate:default:fleet:load:*"
 REPLICAS_KEY = "specgate:default:fleet:replicas"

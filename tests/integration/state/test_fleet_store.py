@@ -17,6 +17,8 @@ from gateway.state.shared_learning import Observation, SharedLearning
 from gateway.state.store import STATE_ERRORS, StateStore
 from tests.fakes.redis_server import RedisServer
 
+pytestmark = pytest.mark.slow  # a real redis-server
+
 
 def in_loop(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
     @functools.wraps(test)

@@ -25,6 +25,8 @@ import redis
 from tests.fakes.redis_server import RedisServer
 from tests.fakes.waiting import wait_until
 
+pytestmark = pytest.mark.slow  # a real redis-server
+
 ROOT = Path(__file__).resolve().parents[3]
 TTL_S = 1.0
 RENEW_S = 0.25

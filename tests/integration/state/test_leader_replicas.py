@@ -24,6 +24,8 @@ from tests.fakes.waiting import wait_until
 from tests.integration.gateway.conftest import ADMIN_TOKEN, policy_dict
 from tests.integration.guard.conftest import fakes
 
+pytestmark = pytest.mark.slow  # a real redis-server
+
 __all__ = ["fakes"]  # the fixture
 
 AUTH = {"authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -57,7 +59,7 @@ class Replica:
 
 
 @pytest.fixture
-def replicas(fakes, tmp_path: Path) -> Iterator[list[Replica]]:  # type: ignore[no-untyped-def]
+def replicas(fakes, tmp_path: Path) -> Iterator[list[Replica]]:
     spec_fake, std_fake = fakes
     spec_fake.spec_acceptance = 0.2  # one draft of 3 tokens per served token, 1 accepted
     spec_fake.script(chunks=20)

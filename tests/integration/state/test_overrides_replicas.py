@@ -13,6 +13,8 @@ from tests.fakes.vllm import FakeVllm
 from tests.fakes.waiting import wait_until
 from tests.integration.state.serve_replicas import ServeReplica, write_policy
 
+pytestmark = pytest.mark.slow  # a real redis-server
+
 PROPAGATION_BOUND_S = 1.0
 
 

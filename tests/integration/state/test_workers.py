@@ -21,7 +21,7 @@ from tests.fakes.vllm import FakeVllm
 from tests.integration.state.workers import ServeWorkers, alive
 from tests.soak.gateway_process import one_pool_policy
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # a real redis-server, gateways as processes
 
 REQUESTS = 41  # odd: two workers cannot have served the same number
 REQUEST_COUNT = re.compile(r"^specgate_requests_total\{[^}]*\} (\S+)$", re.MULTILINE)

@@ -4,7 +4,7 @@
 
 It forks a helper first, as vLLM's API server forks its engine core, and the
 helper ignores SIGTERM, so only SIGKILL to the process group ends it; then it
-runs the fake vLLM (tests/fakes/vllm.py) on PORT.
+runs the fake vLLM (tests/fakes/vllm_command.py) on PORT.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from tests.fakes.vllm import main as fake_vllm
+from tests.fakes.vllm_command import main as fake_vllm
 
 
 def engine_core() -> None:

@@ -8,9 +8,11 @@ import re
 
 import pytest
 
-from backends.engine.cli import DRAIN_S
+from backends.engine.options import DRAIN_S
 from gateway.settings import Settings
 from tests.unit.deploy.test_compose import resolved
+
+pytestmark = pytest.mark.slow  # docker-compose
 
 
 def seconds(duration: str) -> float:

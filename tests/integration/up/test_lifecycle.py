@@ -28,7 +28,7 @@ from tests.fakes.process import free_port
 from tests.integration.up import processes
 from tests.integration.up.up_process import FAKE_BACKEND, UpProcess
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # specgate up and its backends as processes
 
 GONE_WITHIN_S = 20.0
 # at least the two backends, their helpers and the gateway

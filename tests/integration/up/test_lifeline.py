@@ -9,9 +9,13 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from backends import lifeline
 from tests.fakes.process import REPO_ROOT
 from tests.integration.up import processes
+
+pytestmark = pytest.mark.slow  # process groups
 
 IGNORES_SIGTERM = ("import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); os.fork(); "
                    "time.sleep(600)")

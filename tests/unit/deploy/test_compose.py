@@ -59,12 +59,14 @@ def enabled_services(services: dict, profiles: set[str]) -> set[str]:
             if not svc.get("profiles") or profiles & set(svc["profiles"])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile_args", [(), ("--profile", "cpu")], ids=["default", "cpu"])
 def test_docker_compose_accepts_the_file(profile_args):
     result = compose(*profile_args, "config", "-q")
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_docker_compose_rejects_a_broken_copy(tmp_path):
     """The validation above has teeth: the same file with one bad key fails."""
     text = (REPO / "docker-compose.yml").read_text()
@@ -185,6 +187,7 @@ def test_vllm_backends_run_the_project_launcher(compose_file):
     assert "SPECGATE_VLLM_SPEC_CONFIG" in services["vllm-speculative"]["environment"]
 
 
+@pytest.mark.slow
 def test_both_pools_serve_the_same_model():
     config = resolved(env={"SPECGATE_MODEL": "org/some-model"})
     models = {config["services"][n]["environment"]["SPECGATE_VLLM_MODEL"]
@@ -207,6 +210,7 @@ def test_gateway_command_is_the_cli_contract(compose_file, service):
     assert args.workers > 1 and svc["environment"]["SPECGATE_STATE_URL"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", ["gpu", "cpu"])
 def test_gateway_shares_state_through_the_stack_store_unless_told_otherwise(profile):
     gateway = "gateway" if profile == "gpu" else "gateway-cpu"
@@ -245,6 +249,7 @@ def test_compose_policy_uses_the_prometheus_guard():
     assert {p.kind for p in policy.pools.values()} == {"speculative", "standard"}
 
 
+@pytest.mark.slow
 def test_monitoring_ports_listen_on_loopback_only():
     """Prometheus and Grafana publish on 127.0.0.1, never on every interface."""
     services = resolved("--profile", "cpu", env={"PROMETHEUS_PORT": "19090", "GRAFANA_PORT": "13000"})["services"]
@@ -271,6 +276,7 @@ def test_the_file_requires_no_variable():
     assert not re.search(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?\?", text)
 
 
+@pytest.mark.slow
 def test_grafana_is_read_only_with_no_login_and_no_admin(compose_file):
     """No admin with a known password: no admin user is created, nobody logs in (no form,
     no basic auth, no sign-up), and the anonymous visitor may only view."""

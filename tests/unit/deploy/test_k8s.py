@@ -76,6 +76,7 @@ def test_kustomization_lists_every_manifest():
     assert [i["name"] for i in kustomization["images"]] == ["specgate"]
 
 
+@pytest.mark.slow
 def test_rendered_copies_are_current():
     result = subprocess.run([sys.executable, str(K8S / "render.py"), "--check"],
                             capture_output=True, text=True, timeout=60)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
 import yaml
 
 from tests.unit.deploy.conftest import DEPLOY, require_tool
@@ -16,17 +17,20 @@ def promtool(*args: str, cwd=PROMETHEUS) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_config_is_valid():
     result = promtool("check", "config", "prometheus.yml")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 rule files found" in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_rules_are_valid():
     result = promtool("check", "rules", "alerts.yml")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_alert_unit_tests_pass():
     """alerts_test.yml drives LowAcceptRate, CriticalAcceptRate, the latency
     regression, fallback and guard alerts with known input series."""
@@ -35,6 +39,7 @@ def test_alert_unit_tests_pass():
     assert "SUCCESS" in result.stdout
 
 
+@pytest.mark.slow
 def test_alert_unit_tests_catch_a_wrong_threshold(tmp_path):
     """The promtool tests fail when a threshold moves: they pin the PromQL."""
     rules = (PROMETHEUS / "alerts.yml").read_text()

@@ -26,6 +26,8 @@ from gateway.control.signals import PrometheusSource, Target
 from gateway.decide.policy import load_policy
 from tests.unit.deploy.conftest import DEPLOY, REPO, require_tool
 
+pytestmark = pytest.mark.slow  # a real Prometheus server scraping live targets
+
 DEADLINE_S = 40
 
 

@@ -8,6 +8,8 @@ import pytest
 
 from specgate.draft.template import TemplateError, tokenize
 
+pytestmark = pytest.mark.slow  # transformers and the packaged model's tokenizer
+
 
 @pytest.fixture(scope="module")
 def tokenizer():

@@ -17,6 +17,8 @@ from specgate.draft.dataset import MANIFEST, RECORDS
 from specgate.draft.train import TrainOptions
 from specgate.draft.trainer import draft_vocabulary, make_batch, new_head, train
 
+pytestmark = pytest.mark.slow  # torch
+
 VOCAB = 64
 
 

@@ -14,7 +14,6 @@ import torch
 from prometheus_client import CollectorRegistry
 
 from backends.engine import drafters
-from backends.engine.cli import drafter_spec
 from backends.engine.decoding import TreeVerifier
 from backends.engine.drafters import make_drafter_factory
 from backends.engine.eagle3 import checkpoint
@@ -24,9 +23,12 @@ from backends.engine.eagle3.head import Eagle3Head, HeadCache, HeadConfig
 from backends.engine.forward import causal_visibility, fused_inputs, layer_inputs, new_cache, run_model
 from backends.engine.generate import DecodeOptions, EngineGenerator, decode
 from backends.engine.loading import load_model
+from backends.engine.options import drafter_spec
 from backends.engine.tree import DraftTree
 from backends.serving import VllmMetrics, create_openai_app
 from backends.serving.server import BackgroundServer
+
+pytestmark = pytest.mark.slow  # torch
 
 PROMPTS = [
     "What are three good habits for staying healthy?",

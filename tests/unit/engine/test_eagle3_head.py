@@ -12,6 +12,8 @@ import torch
 from backends.engine.eagle3 import checkpoint
 from backends.engine.eagle3.head import Eagle3Head, HeadCache, HeadConfig, TrainingTimeTest
 
+pytestmark = pytest.mark.slow  # torch
+
 SMALL = HeadConfig(hidden_size=32, vocab_size=50, draft_vocab_size=20, layer_ids=(1, 3, 5),
                    num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=48)
 

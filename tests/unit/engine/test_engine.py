@@ -20,6 +20,8 @@ from backends.engine.tree import DraftTree
 from backends.serving import GenerationRequest, VllmMetrics, create_openai_app
 from backends.serving.server import BackgroundServer
 
+pytestmark = pytest.mark.slow  # torch
+
 PROMPTS = {
     "code": "Add type hints to this code and keep everything else the same:\n\n"
             "def add(a, b):\n    total = a + b\n    return total\n\n"

@@ -8,7 +8,8 @@ from torch import nn
 
 from backends.engine.packing import PackedLinear, pack_linear_layers, packable_dtypes, packing_available
 
-pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN packing")
+pytestmark = [pytest.mark.slow,  # torch
+              pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN packing")]
 
 
 def test_packed_layers_match_nn_linear_for_any_number_of_rows():

@@ -24,10 +24,11 @@ class Clock:
         return self.now
 
 
-def make_pool(count: int = 4, weights: tuple[float, ...] = (), **spec) -> Pool:
+def make_pool(count: int = 4, weights: tuple[float, ...] = (), elsewhere=lambda: {}, **spec) -> Pool:
     weights = weights or (1.0,) * count
     endpoints = [{"url": f"http://127.0.0.1:{9000 + i}", "weight": w} for i, w in enumerate(weights)]
-    return Pool("p", PoolSpec(kind="standard", endpoints=endpoints, **spec), clock=Clock(), rng=random.Random(3))
+    return Pool("p", PoolSpec(kind="standard", endpoints=endpoints, **spec), clock=Clock(), rng=random.Random(3),
+                elsewhere=elsewhere)
 
 
 def turns(conversation: int, count: int, system: dict = SYSTEM) -> list[PromptKey]:
@@ -114,7 +115,8 @@ def test_when_the_holder_is_over_its_bound_ties_do_not_favour_the_first_endpoint
 
 
 def test_the_bound_follows_the_weights_and_the_other_replicas_load():
-    pool = make_pool(2, weights=(1.0, 3.0))
+    elsewhere: dict[str, int] = {}  # url -> the other gateways' requests in flight
+    pool = make_pool(2, weights=(1.0, 3.0), elsewhere=lambda: elsewhere)
     hot = turns(0, 1)[0]
     leases = [pool.acquire(key=hot) for _ in range(200)]
     light, heavy = (e.outstanding for e in pool.endpoints)
@@ -123,7 +125,7 @@ def test_the_bound_follows_the_weights_and_the_other_replicas_load():
         lease.release(True)
     home = pool.acquire(key=hot)
     home.release(True)
-    pool.elsewhere = lambda: {home.endpoint.url: 50}  # other gateways load it
+    elsewhere[home.endpoint.url] = 50  # other gateways load it
     assert pool.explain(hot)["endpoint"] != home.endpoint.url
 
 

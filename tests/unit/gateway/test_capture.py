@@ -21,6 +21,7 @@ def scrubber() -> Scrubber:
     return Scrubber("US")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("text", "secret", "placeholder"), [
     ("write to ops@example.org today", "ops@example.org", "<EMAIL>"),
     ("call (415) 555-2671 now", "(415) 555-2671", "<PHONE>"),
@@ -41,6 +42,7 @@ def test_each_kind_becomes_its_placeholder(scrubber, text, secret, placeholder):
     assert placeholder in scrubbed and counts[placeholder] >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", [
     "Summarise the 2024 annual report in 3 bullet points.",
     "def internationalization_helper(x): return x * 1500000",

@@ -134,6 +134,7 @@ def model_memory() -> int:
     return sum(stat.size for stat in held.statistics("filename"))
 
 
+@pytest.mark.slow
 def test_memory_stays_bounded_whatever_the_classes_and_loads() -> None:
     clock = Clock()
     model = LatencyModel(clock=clock, max_pairs=64)

@@ -27,6 +27,7 @@ def test_settings_are_checked() -> None:
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_one_leader_then_exactly_one_new_one_after_it_dies(redis_url: str) -> None:
     async def main() -> None:
         async with replicas(redis_url, 3) as group:
@@ -61,6 +62,7 @@ def test_one_leader_then_exactly_one_new_one_after_it_dies(redis_url: str) -> No
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_release_hands_over_without_waiting_for_the_ttl(redis_url: str) -> None:
     async def main() -> None:
         async with replicas(redis_url, 2) as (a, b):
@@ -83,6 +85,7 @@ async def stored(replica: Replica) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in raw.items()}
 
 
+@pytest.mark.slow
 def test_an_old_leaders_late_write_is_refused(redis_url: str) -> None:
     async def main() -> None:
         async with replicas(redis_url, 2) as (a, b):
@@ -107,6 +110,7 @@ def test_an_old_leaders_late_write_is_refused(redis_url: str) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_followers_apply_the_leaders_verdicts_even_without_the_message(redis_url: str) -> None:
     async def main() -> None:
         async with replicas(redis_url, 2) as (a, b):
@@ -132,6 +136,7 @@ def test_followers_apply_the_leaders_verdicts_even_without_the_message(redis_url
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_a_new_leader_starts_from_the_stored_verdicts(redis_url: str) -> None:
     async def main() -> None:
         async with replicas(redis_url, 2) as (a, b):

@@ -8,6 +8,8 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 from gateway.control.guard import Guard
 from gateway.control.verdicts import stop
 from gateway.metrics import GatewayMetrics
@@ -15,6 +17,8 @@ from gateway.upstream.runtime import Runtime
 from tests.fakes.redis_server import RedisServer
 from tests.unit.gateway.leader_rig import Replica, redis_url, replicas, wait_for
 from tests.unit.guard.conftest import FakeClock, FakeSource, make_policy, signals
+
+pytestmark = pytest.mark.slow  # a real redis-server per test
 
 __all__ = ["redis_url"]  # the fixture
 

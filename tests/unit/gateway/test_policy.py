@@ -108,6 +108,7 @@ def test_shipped_policies_are_valid():
         load_policy(path)
 
 
+@pytest.mark.slow
 def test_check_command_exit_codes(tmp_path):
     good = tmp_path / "good.yaml"
     good.write_text(VALID)
@@ -138,18 +139,21 @@ def _loads_or_reports(text: str) -> None:
         assert str(exc).startswith("f.yaml:")
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=200))
 def test_loader_survives_any_text(text):
     _loads_or_reports(text)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(trees)
 def test_loader_survives_any_structure(tree):
     _loads_or_reports(yaml.safe_dump(tree))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_loader_survives_mutations_of_a_valid_policy(data):

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import gateway
 from gateway.decide.prompt_key import PromptKey
 
@@ -72,6 +74,7 @@ def test_session_from_the_header_then_the_user_field():
     assert chat(user="").session("x-specgate-session") is None
 
 
+@pytest.mark.slow
 def test_the_anchor_is_the_same_in_another_process_and_names_the_first_block():
     """Block hashes may differ between processes; the anchor, which decides
     where a prompt never seen goes, may not."""

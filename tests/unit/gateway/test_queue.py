@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gateway.decide.policy import PoolSpec, parse_policy
+from gateway.edge.load_view import DecisionLoad
 from gateway.errors import AtCapacity, NoHealthyBackend, Shed
 from gateway.upstream.pools import Pool, queue_limits
 from gateway.upstream.proxy import Claim, Forwarder, Outbound
@@ -223,17 +224,18 @@ def test_the_load_routing_reads_counts_the_requests_waiting_for_a_pool():
                                    "endpoints: [{url: 'http://127.0.0.1:9000'}]}\nrules: [{name: all, route: a}]\n"))
     pool = runtime.pools["a"]
     w = Waiting(pool)
+    decision_load = DecisionLoad(runtime)
 
     async def main() -> dict[str, int]:
         holder, tasks = await w.fill(pool, "w0", "w1")
-        load = dict(runtime.load())
+        load = decision_load()
         await holder.give_back(True)
         for task in tasks:
             await (await task).give_back(True)
         return load
 
     assert asyncio.run(main()) == {"a": 3}
-    assert runtime.load() == {"a": 0}
+    assert decision_load() == {"a": 0}
 
 
 def test_waiters_hear_at_once_when_their_pool_loses_its_last_healthy_endpoint():

@@ -9,6 +9,7 @@ import pytest
 
 from gateway.decide.features import extract_features
 from gateway.decide.routing import decide
+from gateway.edge.load_view import DecisionLoad
 from gateway.flags import Mode, reason_word
 from tests.unit.guard.conftest import make_policy, signals
 
@@ -134,11 +135,11 @@ def test_missing_prometheus_url_is_reported(rig_for):
 def test_reported_load_feeds_the_pools(rig_for):
     rig = rig_for()
     rig.check(signals(0.8, running=6, waiting=3), std=signals(None, volume=0, running=2, waiting=0))
-    assert rig.runtime.load()["speculative"] == 9
-    assert rig.runtime.load()["standard"] == 2
+    load = DecisionLoad(rig.runtime)  # what routing reads
+    assert load() == {"speculative": 9, "standard": 2}
     standard = rig.runtime.pools["standard"]
     leases = [standard.acquire() for _ in range(3)]
-    assert rig.runtime.load()["standard"] == 3, "the larger of the gateway's own count and the report"
+    assert load()["standard"] == 5, "the report plus what this gateway leased since it"
     for lease in leases:
         lease.release(ok=True)
 
@@ -205,7 +206,7 @@ def test_an_outage_forgets_the_reported_load(rig_for):
     rig.check(signals(0.8, running=6, waiting=3))
     rig.source.error = "down"
     rig.check()
-    assert rig.runtime.load()["speculative"] == 0
+    assert DecisionLoad(rig.runtime)()["speculative"] == 0
 
 
 @pytest.mark.parametrize("guard, message", [
@@ -238,7 +239,7 @@ def test_numbers_that_are_not_numbers_hold_and_serialise(rig_for, bad):
     status = rig.guard.status()
     pool = status["pools"]["speculative"]
     assert pool["verdict"] == "hold" and pool["signals"]["acceptance_rate"] is None
-    assert rig.runtime.load()["speculative"] == 0
+    assert DecisionLoad(rig.runtime)()["speculative"] == 0
     json.dumps(status, allow_nan=False)  # JSON has no NaN: the admin API answers this as it is
 
 
@@ -251,9 +252,9 @@ def test_acceptance_above_one_is_clamped_before_it_is_judged(rig_for):
 def test_an_empty_load_answer_clears_the_reported_load(rig_for):
     rig = rig_for()
     rig.check(signals(0.8, running=6, waiting=3))
-    assert rig.runtime.load()["speculative"] == 9
+    assert DecisionLoad(rig.runtime)()["speculative"] == 9
     rig.check(signals(0.8, running=None, waiting=None))
-    assert rig.runtime.load()["speculative"] == 0
+    assert DecisionLoad(rig.runtime)()["speculative"] == 0
 
 
 class TricklingSource:

@@ -10,6 +10,8 @@ import torch
 from backends.kernels import build_tree, compact_kv, processed_probs, verify_greedy
 from tests.unit.kernels.trees import ancestors, padded_batch, random_batch
 
+pytestmark = pytest.mark.slow  # torch
+
 #        0
 #      /   \
 #     1     2

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 import torch
 
 from backends.kernels import build_tree, processed_probs, verify_sampling
 from tests.unit.kernels.trees import padded_batch
+
+pytestmark = pytest.mark.slow  # torch
 
 VOCAB = 6
 TRIALS = 20_000

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # torch and Triton in processes of their own
+
 pytest.importorskip("triton")
 
 REPO_ROOT = Path(__file__).resolve().parents[3]

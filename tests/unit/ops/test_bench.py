@@ -61,6 +61,7 @@ def test_bench_interleaves_targets_and_times_streams(tmp_path):
     assert all(p.stat().st_size > 1000 for p in pngs)
 
 
+@pytest.mark.slow
 def test_bench_and_baseline_commands(tmp_path):
     with FakeVllm(model="fake-model") as fake:
         out = tmp_path / "bench"

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the command line in a process of its own, per case
+
 ROOT = Path(__file__).resolve().parents[3]
 
 # {tmp}: a fresh folder holding request.json and bad.yaml; {dead}: a URL nothing answers on

@@ -111,6 +111,7 @@ def expected_quantile(q: float, buckets: dict[str, float]) -> float:
     raise AssertionError
 
 
+@pytest.mark.slow
 def test_report_numbers_equal_the_known_rates(prometheus, tmp_path):
     baseline = tmp_path / "baseline.json"
     write_baseline(baseline, Baseline(url="http://std", model="m",
@@ -162,6 +163,7 @@ def report_json(prometheus: str, out: Path, *extra: str) -> dict:
     return json.loads((out / "report.json").read_text())
 
 
+@pytest.mark.slow
 def test_report_names_the_classes_whose_acceptance_fell_since_the_previous_report(prometheus, tmp_path):
     first = report_json(prometheus, tmp_path / "day1", "--since", "1d", "--until", str(START + 1440 * 60))
     assert first["retrain"]["fallen"] == [] and "commands" not in first["retrain"]
@@ -184,6 +186,7 @@ def test_report_names_the_classes_whose_acceptance_fell_since_the_previous_repor
     assert [item["class"] for item in strict["retrain"]["fallen"]] == ["chat/low"]
 
 
+@pytest.mark.slow
 def test_report_errors_are_clear(prometheus, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "specgate.cli", "report", "--prometheus", prometheus, "--since", "7x"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)

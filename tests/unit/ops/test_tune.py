@@ -9,6 +9,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from backends.sim.model import SimParams, acceptance, speedup
 from specgate.ops.prompts import builtin_prompts
 from specgate.ops.tune import candidates, sweep, table
@@ -42,6 +44,7 @@ def test_candidates_cover_every_combination():
                                        {"num_speculative_tokens": 2, "prompt_lookup_max": 5}]
 
 
+@pytest.mark.slow
 def test_tune_recommends_the_draft_length_the_model_says_is_fastest():
     values = [1, 5]
     predicted = {k: speedup(acceptance("chat", 0.0), 1, SimParams(num_speculative_tokens=k)) for k in values}
@@ -56,6 +59,7 @@ def test_tune_recommends_the_draft_length_the_model_says_is_fastest():
     assert "| num_speculative_tokens=5 |" in table(result)
 
 
+@pytest.mark.slow
 def test_tune_rejects_a_profile_without_speculation():
     result = subprocess.run([sys.executable, "-m", "specgate.cli", "tune", "--profile", "standard"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)

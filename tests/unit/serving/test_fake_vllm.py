@@ -209,6 +209,7 @@ def test_requests_are_recorded(fake: FakeVllm) -> None:
     assert recorded.body["temperature"] == 0.2
 
 
+@pytest.mark.slow
 def test_fake_as_a_process_can_be_killed_and_restarted() -> None:
     with FakeVllmProcess("--kind", "standard", "--model", "proc", "--text", "hey") as proc:
         ask = {"model": "proc", "prompt": "x"}
@@ -229,6 +230,7 @@ def test_random_faults_are_seeded_and_counted(fake: FakeVllm) -> None:
     assert fake.faults.injected == {"fail": statuses.count(503)}
 
 
+@pytest.mark.slow
 def test_process_fake_stops_on_sigterm_and_records(tmp_path) -> None:
     record = tmp_path / "record.json"
     proc = FakeVllmProcess("--record", str(record)).start()

@@ -7,7 +7,6 @@ import argparse
 
 import pytest
 
-from backends.sim.command import add_arguments, params_from
 from backends.sim.model import (
     DEFAULT_PARAMS,
     LARGE_TARGET_PARAMS,
@@ -15,6 +14,7 @@ from backends.sim.model import (
     speedup,
     step_seconds,
 )
+from specgate.commands.sim import add_arguments, params_from
 
 
 def parsed(*argv: str) -> argparse.Namespace:

@@ -11,10 +11,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from backends.serving import GenerationRequest, VllmMetrics
-from backends.sim.command import add_arguments, params_from
 from backends.sim.engine import SimEngine
 from backends.sim.model import SimParams, draft_tokens, speculates, step_seconds
 from backends.speculation import SpeculationSchedule
+from specgate.commands.sim import add_arguments, params_from
 
 
 @pytest.mark.parametrize("batch,speculating", [(1, True), (32, True), (33, False), (256, False)])

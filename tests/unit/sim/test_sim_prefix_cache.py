@@ -119,7 +119,7 @@ def test_without_the_cache_every_prompt_is_prefilled(serve, prefills: list[int])
 def test_the_command_line_sizes_or_turns_off_the_cache() -> None:
     import argparse
 
-    from backends.sim.command import add_arguments, params_from
+    from specgate.commands.sim import add_arguments, params_from
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

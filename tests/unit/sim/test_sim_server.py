@@ -136,6 +136,7 @@ def test_streaming_and_waiting_beyond_the_batch_cap(serve) -> None:
     assert metric(server.url, "vllm:e2e_request_latency_seconds_count") == 4
 
 
+@pytest.mark.slow
 def test_specgate_sim_command_serves_the_openai_api() -> None:
     port = free_port()
     process = spawn_module("specgate.cli", "sim", "--kind", "speculative", "--port", str(port),

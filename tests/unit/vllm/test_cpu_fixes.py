@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 from importlib.metadata import entry_points
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from backends.vllm.cpu_fixes import expand, register  # noqa: E402
+from backends.vllm.cpu_fixes import expand, register  # noqa: E402 - only once torch is known to be installed
+
+pytestmark = pytest.mark.slow  # torch and vLLM
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int64])
@@ -43,12 +50,31 @@ def test_the_cpu_build_is_pointed_at_the_fix_through_vllms_plugin_group():
         cpu_triton_utils._expand_kernel_impl = original
 
 
+# vLLM's own expansion runs in its C++ ops, built once per instruction set
+# (`_C`: AVX-512 with BF16, `_C_AVX512`, `_C_AVX2`). Importing `vllm._custom_ops`
+# loads the build vLLM picks for this CPU; importing one build by name would
+# kill the whole test run with SIGILL on a CPU without its instructions. The
+# child process keeps even a wrong pick to this one test.
+_VLLM_EXPANSION = """
+import json, torch
+import vllm._custom_ops  # noqa: F401 - loads the C++ ops built for this CPU, as vLLM does
+from vllm.utils import cpu_triton_utils
+ints = torch.full((2,), -123, dtype=torch.int64)
+cpu_triton_utils._expand_kernel_impl(ints, torch.tensor([5]), torch.tensor([2]), 0, 0)
+floats = torch.full((2,), -123.0)
+cpu_triton_utils._expand_kernel_impl(floats, torch.tensor([0.7]), torch.tensor([2]), 0, 0)
+print(json.dumps({"ints": ints.tolist(), "floats": floats.tolist()}))
+"""
+
+
 def test_vllm_cpus_own_expansion_loses_float_values_and_keeps_integers():
     """What the fix is for: if the float case starts passing, vLLM fixed it and the plugin can go."""
-    cpu_triton_utils = pytest.importorskip("vllm.utils.cpu_triton_utils")
-    pytest.importorskip("vllm._C")  # the CPU build's C++ ops
-    ints = torch.full((2,), -123, dtype=torch.int64)
-    cpu_triton_utils._expand_kernel_impl(ints, torch.tensor([5]), torch.tensor([2]), 0, 0)
-    floats = torch.full((2,), -123.0)
-    cpu_triton_utils._expand_kernel_impl(floats, torch.tensor([0.7]), torch.tensor([2]), 0, 0)
-    assert ints.tolist() == [5, 5] and floats.tolist() == [-123.0, -123.0]
+    pytest.importorskip("vllm.utils.cpu_triton_utils")
+    done = subprocess.run([sys.executable, "-c", _VLLM_EXPANSION], capture_output=True, text=True,
+                          env={**os.environ, "VLLM_PLUGINS": "none"})
+    if done.returncode < 0:
+        pytest.fail(f"vLLM's C++ ops died with {signal.Signals(-done.returncode).name} on this CPU "
+                    f"(the build vLLM picked for it uses an instruction the CPU lacks):\n{done.stderr[-2000:]}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result == {"ints": [5, 5], "floats": [-123.0, -123.0]}

@@ -33,6 +33,7 @@ def test_placeholder_renders_to_the_shipped_head():
     assert (head / "config.json").is_file() and (head / "model.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_vllm_reads_the_shipped_head_as_an_eagle3_llama_drafter():
     from vllm.transformers_utils.configs.speculators.base import SpeculatorsConfig
 
@@ -45,6 +46,7 @@ def test_vllm_reads_the_shipped_head_as_an_eagle3_llama_drafter():
     assert list(config.eagle_aux_hidden_state_layer_ids) == [2, 15, 27]  # SmolLM2's (2, L/2, L-3)
 
 
+@pytest.mark.slow
 def test_shipped_tensors_are_the_names_and_mapping_vllm_loads():
     import torch
 
@@ -81,6 +83,7 @@ def test_up_chooses_the_speculative_profile(tmp_path):
             vllm_backends(tmp_path, tmp_path, (8001, 8002), speculative_profile=wrong)
 
 
+@pytest.mark.slow
 def test_up_help_names_the_local_eagle3_profile():
     out = subprocess.run([sys.executable, "-m", "specgate.cli", "up", "--help"], cwd=ROOT, capture_output=True,
                          text=True, check=True, env={**os.environ, "COLUMNS": "300"}).stdout  # one line each

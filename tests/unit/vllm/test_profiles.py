@@ -30,6 +30,7 @@ def test_every_profile_renders_a_vllm_command():
         assert ("--speculative-config" in argv) == profile.speculative
 
 
+@pytest.mark.slow
 def test_speculative_configs_use_vllm_0_32_names():
     from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
 
@@ -58,6 +59,7 @@ def test_overrides_merge_and_extra_args_come_last():
     assert argv[-2:] == ["--dtype", "float32"]
 
 
+@pytest.mark.slow
 def test_launcher_dry_run_reads_the_environment():
     env = {"SPECGATE_VLLM_MODEL": "org/model", "SPECGATE_VLLM_EXTRA_ARGS": "--tensor-parallel-size 2",
            "SPECGATE_VLLM_SPEC_CONFIG": '{"num_speculative_tokens": 5}', "PATH": "/usr/bin:/bin"}
@@ -106,6 +108,7 @@ def tokenizer_dir() -> Path:
     return prepare()  # cached: converts the packaged GGUF once
 
 
+@pytest.mark.slow
 def test_model_prepare_is_idempotent(tokenizer_dir):
     stamp = (tokenizer_dir / "config.json").stat().st_mtime_ns
     assert prepare() == tokenizer_dir
@@ -115,6 +118,7 @@ def test_model_prepare_is_idempotent(tokenizer_dir):
     assert "quantization_config" not in config
 
 
+@pytest.mark.slow
 def test_check_draft(tokenizer_dir, tmp_path):
     from transformers import AutoTokenizer
 

@@ -56,30 +56,27 @@ def test_runtime_counts_are_what_the_replica_publishes():
 
 
 def test_a_decision_reads_this_replicas_live_count_plus_the_others():
-    runtime = Runtime(POLICY, LoadReport())
-    load = DecisionLoad(runtime)
     others = elsewhere({"a": 5})
-    runtime.others = lambda: others
+    runtime = Runtime(POLICY, LoadReport(), others=lambda: others)
+    load = DecisionLoad(runtime)
     leases = [runtime.pools["a"].acquire() for _ in range(2)]
     assert load() == {"a": 7, "b": 0}
     others = NOWHERE  # the other replicas' counts vanished (TTL)
     assert load() == {"a": 2, "b": 0}
     for lease in leases:
         lease.release(True)
-    assert runtime.load() == {"a": 0, "b": 0}
+    assert load() == {"a": 0, "b": 0}
 
 
 def test_a_report_counts_the_fleets_leases_since_it_not_only_this_replicas():
     report = LoadReport()
-    runtime = Runtime(POLICY, report)
-    load = DecisionLoad(runtime)
     others = elsewhere({})
-    runtime.others = lambda: others
+    runtime = Runtime(POLICY, report, others=lambda: others)
+    load = DecisionLoad(runtime)
     report.publish({"a": 10})
     assert load()["a"] == 10
     others = elsewhere({"a": 4})  # another replica leased 4 since the report
     assert load()["a"] == 14
-    assert runtime.load()["a"] == 10  # the plain view: the larger of the fleet's count and the report
 
 
 def busy_share(pool, busy: str) -> float:
@@ -92,14 +89,15 @@ def busy_share(pool, busy: str) -> float:
 
 
 def test_endpoint_choice_avoids_the_endpoint_busy_on_other_replicas():
-    runtime = Runtime(POLICY, LoadReport())
+    others = NOWHERE
+    runtime = Runtime(POLICY, LoadReport(), others=lambda: others)
     pool = runtime.pools["a"]
     pool.rng = random.Random(3)
     busy = pool.endpoints[0].url
-    runtime.others = lambda: elsewhere({"a": 8}, {"a": {busy: 8}})
+    others = elsewhere({"a": 8}, {"a": {busy: 8}})
     # Two draws with replacement: the busy endpoint wins only when both draws are it (1/4).
     assert busy_share(pool, busy) < 0.35
-    runtime.others = lambda: NOWHERE
+    others = NOWHERE
     assert busy_share(pool, busy) > 0.4  # idle everywhere: a tie, the first draw wins (1/2)
 
 

@@ -6,10 +6,14 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import pytest
+
 from gateway.flags import FlagStore, Mode
 from gateway.state.overrides import SharedOverrides
 from gateway.state.store import StateStore
 from tests.fakes.redis_server import RedisServer
+
+pytestmark = pytest.mark.slow  # a real redis-server per test
 
 POOLS = ("speculative", "draft")
 

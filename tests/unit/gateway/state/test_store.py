@@ -36,6 +36,7 @@ def test_backoff_doubles_and_is_capped() -> None:
     assert backoff(0.5, 10) == 1.0
 
 
+@pytest.mark.slow
 def test_up_down_and_one_warning_per_outage(tmp_path: Path) -> None:
     server = RedisServer(tmp_path / "redis").start()
     metrics = GatewayMetrics()

@@ -10,25 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-DRAIN_S = 10  # on SIGTERM, requests in flight get this long; then the server exits (within up's and compose's grace)
-
-
-def positive_int(text: str) -> int:
-    value = int(text) if text.isdigit() else 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return value
-
-
-DRAFTER_CHOICES = "'ngram', 'model:PATH', 'eagle3' or 'eagle3:PATH'"
-
-
-def drafter_spec(text: str) -> str:
-    """Checked before the model loads, so a typo costs no wait."""
-    kind, _, path = text.partition(":")
-    if text in ("ngram", "eagle3") or (kind in ("model", "eagle3") and path):
-        return text
-    raise argparse.ArgumentTypeError(f"unknown drafter {text!r}: use {DRAFTER_CHOICES}")
+from backends.engine.options import DRAIN_S, drafter_spec, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

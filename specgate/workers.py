@@ -1,4 +1,5 @@
-"""`specgate serve --workers N`: N gateway processes on one port.
+"""How `specgate serve` runs the gateway: uvicorn's options, and `--workers N`,
+N gateway processes on one port.
 
 Each worker is a whole gateway (`specgate serve --worker-of FD`) that binds the
 port itself with SO_REUSEPORT, so the kernel spreads new connections over the
@@ -26,12 +27,19 @@ import threading
 import time
 from typing import Any
 
-from specgate.commands.serve import uvicorn_options
-
 POLL_S = 0.2
 KILL_AFTER_DRAIN_S = 10.0
 # uvicorn re-raises the signal that stopped it once drained: a worker ends by it, or with 0
 CLEAN_EXITS = (0, -signal.SIGTERM, -signal.SIGINT)
+
+
+def uvicorn_options(settings: Any) -> dict[str, Any]:
+    """How uvicorn serves the gateway, one process or each worker of many."""
+    from gateway.edge.http_protocol import with_header_timeout
+    # uvicorn types the drain as int but waits with asyncio: a float is kept exact (int() made 0.8 s none)
+    return {"host": settings.host, "port": settings.port, "log_level": "warning", "access_log": False,
+            "timeout_graceful_shutdown": settings.drain_timeout_s,
+            "http": with_header_timeout(settings.header_timeout_s), "lifespan": "on"}
 
 
 def supervise(args: argparse.Namespace, settings: Any) -> int:

@@ -11,9 +11,9 @@ import importlib
 
 # (name, module, one-line help)
 SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
-    ("capture", "specgate.draft.capture", "export captured prompts (deduplicated) to a prompts JSONL"),
-    ("data", "specgate.draft.data", "answer prompts with the target, tokenize with its chat template, mask"),
-    ("train", "specgate.draft.train", "train an EAGLE-3 head on a draft dataset, evaluate it held out"),
+    ("capture", "specgate.commands.draft.capture", "export captured prompts (deduplicated) to a prompts JSONL"),
+    ("data", "specgate.commands.draft.data", "answer prompts with the target, tokenize with its chat template, mask"),
+    ("train", "specgate.commands.draft.train", "train an EAGLE-3 head on a draft dataset, evaluate it held out"),
 )
 
 

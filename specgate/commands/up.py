@@ -1,0 +1,96 @@
+"""`specgate up`: the embedded default, the whole stack on this machine.
+
+What it starts, how it watches and stops it: `specgate.up`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from specgate.up import (
+    DEFAULT_SPECULATIVE_PROFILE,
+    SPECULATIVE_PORT,
+    STANDARD_PORT,
+    Stack,
+    StartError,
+    banner,
+    command_backends,
+    engine_backends,
+    gateway_service,
+    vllm_backends,
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engine", choices=["vllm", "bundled"], default="vllm",
+                        help="backends: real vLLM CPU servers (default) or the project's own engine")
+    parser.add_argument("--speculative-profile", default=DEFAULT_SPECULATIVE_PROFILE, metavar="PROFILE",
+                        help="vLLM launch profile of the speculative pool (backends/vllm/profiles.yaml), e.g. "
+                        "speculative-eagle3-local: the EAGLE-3 head shipped for SmolLM2-135M-Instruct "
+                        "(default: %(default)s; --engine vllm only)")
+    parser.add_argument("--port", type=int, default=8080, help="gateway port (default: %(default)s)")
+    parser.add_argument("--policy", type=Path, help="policy (default: policies/default.yaml, which expects "
+                        f"the backends on {SPECULATIVE_PORT} and {STANDARD_PORT})")
+    parser.add_argument("--backend-ports", type=_port_pair, default=(SPECULATIVE_PORT, STANDARD_PORT),
+                        metavar="SPEC,STD", help="the backends' ports (default: %(default)s; "
+                        "a policy of your own must point at them)")
+    parser.add_argument("--cache-dir", help="prepared model and logs (default: $SPECGATE_CACHE_DIR or "
+                        "~/.cache/specgate)")
+    # Any server command in place of the backends ({python}, {port}, {kind}); started,
+    # watched and stopped by the same code as vLLM and the engine. For tests.
+    parser.add_argument("--backend-command", help=argparse.SUPPRESS)
+
+
+def _port_pair(text: str) -> tuple[int, int]:
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and 0 < int(p) < 65536 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected two ports like 8001,8002, got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def run(args: argparse.Namespace) -> int:
+    from backends.model import cache_dir, prepare
+    from gateway.settings import default_policy_path
+
+    cache = cache_dir(args.cache_dir)
+    logs = cache / "logs"
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
+    try:
+        if args.backend_command:
+            backends = command_backends(args.backend_command, logs, args.backend_ports)
+        elif args.engine == "vllm":
+            print("preparing the model (once) ...", flush=True)
+            backends = vllm_backends(prepare(cache), logs, args.backend_ports,
+                                     speculative_profile=args.speculative_profile)
+        else:
+            backends = engine_backends(logs, args.backend_ports)
+        stack = Stack(backends, gateway_service(args.policy or default_policy_path(), args.port, logs))
+    except StartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"starting the backends (logs in {logs}) ...", flush=True)
+    try:
+        stack.start(progress=_say)
+        print(banner(args.port), flush=True)
+        stopped = stack.wait()
+        print(f"{stopped.name} exited with code {stopped.exit_code()}; its log: {stopped.log}", file=sys.stderr)
+        return 1
+    except StartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stack.stop(progress=_say)
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
