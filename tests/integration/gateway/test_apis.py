@@ -156,3 +156,21 @@ def test_explain_reads_every_shape(gateway, body, endpoint, pool):
     answer = httpx.post(gateway.url + "/admin/explain", json=body,
                         headers={"authorization": f"Bearer {ADMIN_TOKEN}"}).json()
     assert answer["features"]["endpoint"] == endpoint and answer["pool"] == pool
+
+
+def test_a_cut_message_stream_ends_with_an_anthropic_error_event(gateway, spec_fake):
+    spec_fake.cut_stream(after_events=3)
+    with pytest.raises(anthropic.APIStatusError) as cut:
+        with claude(gateway).messages.stream(model="any", max_tokens=64, messages=HI,
+                                             extra_body={"temperature": 0}) as stream:
+            list(stream.text_stream)
+    assert cut.value.body["type"] == "error" and cut.value.body["error"]["type"] == "api_error"
+
+
+def test_a_cut_response_stream_ends_with_a_responses_error_event(gateway, spec_fake):
+    spec_fake.cut_stream(after_events=3)
+    with httpx.stream("POST", gateway.base_url + "/responses",
+                      json={"input": "hi", "temperature": 0, "stream": True}) as answer:
+        body = b"".join(answer.iter_bytes())
+    assert body.startswith(b"event: response.created") and body.endswith(b"\n\n")
+    assert b'event: error\ndata: {"type": "error", "code": "upstream_unreachable"' in body
