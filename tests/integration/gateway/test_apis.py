@@ -4,6 +4,7 @@ speak both APIs as vLLM does (several tokens an event on the speculative pool)."
 
 from __future__ import annotations
 
+import asyncio
 import queue
 from collections.abc import Iterator
 
@@ -174,3 +175,32 @@ def test_a_cut_response_stream_ends_with_a_responses_error_event(gateway, spec_f
         body = b"".join(answer.iter_bytes())
     assert body.startswith(b"event: response.created") and body.endswith(b"\n\n")
     assert b'event: error\ndata: {"type": "error", "code": "upstream_unreachable"' in body
+
+
+@pytest.mark.parametrize(("queue", "status", "kind"), [({"max_waiting": 0}, 429, "rate_limit_error"),
+                                                       ({"max_wait_s": 0.05}, 529, "overloaded_error")])
+def test_the_gateways_own_refusals_are_in_anthropics_envelope(start_gateway, std_fake, queue, status, kind):
+    policy = {**policy_dict([std_fake.url], [std_fake.url], max_in_flight=1, queue=queue),
+              "rules": [{"name": "all", "route": "standard"}]}
+    gateway = start_gateway(policy)
+    pool = gateway.app.state.runtime.pools["standard"]
+    std_fake.hold()
+
+    async def main() -> anthropic.APIStatusError:
+        client = anthropic.AsyncAnthropic(base_url=gateway.url, api_key="k", max_retries=0)
+        held = asyncio.create_task(client.messages.create(model="m", max_tokens=64, messages=HI))
+        while pool.in_flight < 1 and not held.done():
+            await asyncio.sleep(0.01)
+        with pytest.raises(anthropic.APIStatusError) as refused:
+            await client.messages.create(model="m", max_tokens=64, messages=HI)
+        std_fake.release()
+        await held
+        await client.close()
+        return refused.value
+
+    try:
+        error = asyncio.run(main())
+    finally:
+        std_fake.release()
+    assert error.status_code == status and error.response.headers["retry-after"]
+    assert error.body["type"] == "error" and error.body["error"]["type"] == kind
