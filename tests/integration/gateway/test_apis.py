@@ -204,3 +204,15 @@ def test_the_gateways_own_refusals_are_in_anthropics_envelope(start_gateway, std
         std_fake.release()
     assert error.status_code == status and error.response.headers["retry-after"]
     assert error.body["type"] == "error" and error.body["error"]["type"] == kind
+
+
+def test_the_latency_model_learns_from_streamed_messages_and_responses(gateway, measured):
+    model = gateway.app.state.parts.latency
+    assert not model.snapshot()["pairs"]
+    with claude(gateway).messages.stream(model="any", max_tokens=64, messages=HI,
+                                         extra_body={"temperature": 0}) as stream:
+        stream.until_done()
+    list(oai(gateway).responses.create(model="any", input="hello", temperature=1.5, stream=True))
+    learned = {measured.get().pool, measured.get().pool}  # both measured, after the model's own sink
+    assert learned == {"speculative", "standard"}
+    assert {pair["pool"] for pair in model.snapshot()["pairs"]} == learned
