@@ -6,7 +6,7 @@ Messages streams are framed `event: <type>` + `data: <json>`:
 `message_start` (input tokens), `content_block_start`, one
 `content_block_delta` per chat chunk (several tokens on a speculative
 engine), `content_block_stop`, `message_delta` (stop reason and output
-tokens), `message_stop`, then vLLM's `data: [DONE]`. Responses streams:
+tokens), `message_stop` (no `[DONE]` in vLLM 0.32). Responses streams:
 `response.created`, `response.in_progress`, `response.output_item.added`,
 `response.content_part.added`, `response.output_text.delta` per chunk, the
 `.done` events, `response.completed` with usage. Responses are stored in
@@ -85,39 +85,43 @@ def whole_message(chat: dict[str, Any]) -> dict[str, Any]:
 
 
 async def message_events(chat: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    started, finish = False, "stop"
+    """vLLM's order: `message_start` for the first chunk (the role), a text block
+    opened at the first text, `message_delta` with the usage chunk's counts,
+    `message_stop` for the chat stream's [DONE] (which is not passed on)."""
+    started = opened = False
+    finish = "stop"
     async for chunk in _chunks(chat):
         if chunk is None:
             yield event("message_stop", {"type": "message_stop"})
-            yield b"data: [DONE]\n\n"
-            continue
-        if "error" in chunk:
+        elif "error" in chunk:
             failure = {"type": "api_error", "message": chunk["error"]["message"]}
             yield event("error", {"type": "error", "error": failure})
-            continue
-        if not started:
+        elif not started:
             started = True
             message = {**whole_message({**chunk, "choices": [{"message": {"content": ""}, "finish_reason": None}],
                                         "usage": {"prompt_tokens": 0, "completion_tokens": 0}}),
                        "content": [], "stop_reason": None}
             yield event("message_start", {"type": "message_start", "message": message})
-            yield event("content_block_start", {"type": "content_block_start", "index": 0,
-                                                "content_block": {"type": "text", "text": ""}})
-        if not chunk["choices"]:
+        elif not chunk["choices"]:
             usage = chunk["usage"]
-            yield event("content_block_stop", {"type": "content_block_stop", "index": 0})
+            if opened:
+                yield event("content_block_stop", {"type": "content_block_stop", "index": 0})
             yield event("message_delta", {"type": "message_delta",
                                           "delta": {"stop_reason": STOP_REASONS.get(finish, "end_turn"),
                                                     "stop_sequence": None},
                                           "usage": {"input_tokens": usage["prompt_tokens"],
                                                     "output_tokens": usage["completion_tokens"]}})
-            continue
-        choice = chunk["choices"][0]
-        finish = choice.get("finish_reason") or finish
-        text = (choice.get("delta") or {}).get("content")
-        if text:
-            yield event("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                                "delta": {"type": "text_delta", "text": text}})
+        else:
+            choice = chunk["choices"][0]
+            finish = choice.get("finish_reason") or finish
+            text = (choice.get("delta") or {}).get("content")
+            if text and not opened:
+                opened = True
+                yield event("content_block_start", {"type": "content_block_start", "index": 0,
+                                                    "content_block": {"type": "text", "text": ""}})
+            if text:
+                yield event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                    "delta": {"type": "text_delta", "text": text}})
 
 
 class ResponsesStore:

@@ -186,7 +186,7 @@ class Exchange:
         if self.measured:
             self.body_tokens = self.request.usage.body_tokens(content)
             if self.request.usage.endpoint == "responses":
-                self.response_id = response_id(content[:4096])
+                self.response_id = response_id(content)
 
     def headers(self) -> dict[str, str]:
         """The gateway's own response headers: they name the pool the claim ended on."""

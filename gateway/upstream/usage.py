@@ -37,7 +37,8 @@ FINISH = b'"finish_reason":"'  # a choice's last chunk: its finish_reason is a s
 USAGE_ONLY = b'"choices":[],"usage":{'  # the chunk include_usage adds after the last choice
 USAGE_NULL = b',"usage":null'  # some servers mark every chunk so once usage is asked for
 FINGERPRINT = re.compile(rb',"system_fingerprint":"[^"]*"')
-RESPONSE_ID = re.compile(rb'"id"\s*:\s*"(resp_[A-Za-z0-9_\-]{1,200})"')
+# a Responses event's response object opens with its id (vLLM: `resp_<uuid>`, or the body's `request_id`)
+RESPONSE_ID = re.compile(rb'"response"\s*:\s*\{\s*"id"\s*:\s*"([^"\\]{1,256})"')
 # what marks an event of generated output, per API: its first is the first token
 OUTPUT_MARKS = {"messages": b"event: content_block_delta", "responses": b"event: response.output_text.delta"}
 
@@ -117,7 +118,7 @@ class UsagePlan:
     def ended(self, events: bytes) -> bool:
         """Whether `events` end the stream: after them the client has the whole answer."""
         if self.endpoint == "messages":
-            return b"event: message_stop" in events or events.endswith(OPENAI_LAST_EVENTS)
+            return b"event: message_stop" in events
         if self.endpoint == "responses":
             return b"event: response.completed" in events
         return events.endswith(OPENAI_LAST_EVENTS)
@@ -134,9 +135,13 @@ class UsagePlan:
 
 
 def response_id(content: bytes) -> str | None:
-    """The id of a Responses answer (`resp_...`) in `content`, or None."""
-    found = RESPONSE_ID.search(content)
-    return None if found is None else found.group(1).decode()
+    """The id of a whole Responses answer, or None."""
+    try:
+        answer = json.loads(content)
+    except ValueError:
+        return None
+    found = answer.get("id") if isinstance(answer, dict) else None
+    return found if isinstance(found, str) and found else None
 
 
 class UsageTap:
@@ -203,7 +208,8 @@ class UsageTap:
         if found is not None:
             self._tokens = found
         if self._responses and self.response_id is None:
-            self.response_id = response_id(events)
+            found = RESPONSE_ID.search(events)
+            self.response_id = None if found is None else found.group(1).decode()
         return events
 
     def _release(self) -> bytes:

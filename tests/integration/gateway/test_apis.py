@@ -42,12 +42,24 @@ def measured(gateway: Gateway) -> queue.Queue[Measurement]:
     return found
 
 
+OPENED: list[anthropic.Anthropic | openai.OpenAI] = []  # the clients a test made, closed after it
+
+
+@pytest.fixture(autouse=True)
+def close_clients() -> Iterator[None]:
+    yield
+    while OPENED:
+        OPENED.pop().close()
+
+
 def claude(gateway: Gateway) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=gateway.url, api_key="unused", max_retries=0)
+    OPENED.append(client := anthropic.Anthropic(base_url=gateway.url, api_key="unused", max_retries=0))
+    return client
 
 
 def oai(gateway: Gateway) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+    OPENED.append(client := openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0))
+    return client
 
 
 @pytest.mark.parametrize(("temperature", "pool"), [(0.0, "speculative"), (1.5, "standard"), (None, "speculative")])
