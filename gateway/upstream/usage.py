@@ -208,8 +208,8 @@ class UsageTap:
         if found is not None:
             self._tokens = found
         if self._responses and self.response_id is None:
-            found = RESPONSE_ID.search(events)
-            self.response_id = None if found is None else found.group(1).decode()
+            opening = RESPONSE_ID.search(events)
+            self.response_id = None if opening is None else opening.group(1).decode()
         return events
 
     def _release(self) -> bytes:
