@@ -44,9 +44,23 @@ def endpoint_of(path: str) -> str | None:
     return None
 
 
-def api_of(endpoint: str | None) -> str:
-    """The API whose conventions (error envelope, stream framing) the answer follows."""
-    return endpoint if endpoint in ("messages", "responses") else "openai"
+def explained_endpoint(given: str | None, body: Mapping[str, Any]) -> str:
+    """The endpoint an explain names (`messages` or `/v1/messages` alike), else
+    the one the body's shape says: `input` is Responses, `prompt` without
+    `messages` completions, `system` or `metadata.user_id` Messages, else chat."""
+    if given:
+        found = endpoint_of(given) or (given if given in PATHS else None)
+        if found is None:
+            raise InvalidRequest(f"'endpoint' must be one of {', '.join(PATHS)}", param="endpoint")
+        return found
+    if "input" in body:
+        return "responses"
+    if "messages" not in body and "prompt" in body:
+        return "completions"
+    metadata = body.get("metadata")
+    if "system" in body or (isinstance(metadata, dict) and "user_id" in metadata):
+        return "messages"
+    return "chat"
 
 
 def prompt_text(endpoint: str, body: Mapping[str, Any]) -> str | list[int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.control.reload import PolicyReloader
-from gateway.decide.apis import PATHS, endpoint_of
+from gateway.decide.apis import explained_endpoint
 from gateway.decide.features import parse_json_body
 from gateway.decide.policy import PolicyError
 from gateway.decide.prompt_key import PromptKey
@@ -62,7 +62,7 @@ class AdminAPI:
     async def explain(self, request: Request) -> Response:
         body = parse_json_body(await read_body(request, self.proxy.settings.max_body_bytes,
                                                self.proxy.settings.body_timeout_s))
-        endpoint = _explained_endpoint(request.query_params.get("endpoint"), body)
+        endpoint = explained_endpoint(request.query_params.get("endpoint"), body)
         routed = self.proxy.route(body, endpoint, request.headers)
         answer = routed.to_json(self.flags.snapshot())
         pool = self.proxy.runtime.pools.get(routed.decision.pool)
@@ -134,21 +134,3 @@ def _finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite(item) for item in value]
     return value
-
-
-def _explained_endpoint(given: str | None, body: Mapping[str, Any]) -> str:
-    """The endpoint `?endpoint=` names (`messages` or `/v1/messages` alike),
-    else the one the body's shape says: `input` is Responses, `max_tokens`
-    beside `messages` with no OpenAI field is Messages, `prompt` completions."""
-    if given:
-        found = endpoint_of(given) or (given if given in PATHS else None)
-        if found is None:
-            raise InvalidRequest(f"'endpoint' must be one of {', '.join(PATHS)}", param="endpoint")
-        return found
-    if "input" in body:
-        return "responses"
-    if "messages" not in body and "prompt" in body:
-        return "completions"
-    if "system" in body or (isinstance(body.get("metadata"), dict) and "user_id" in body["metadata"]):
-        return "messages"
-    return "chat"

@@ -108,3 +108,20 @@ def test_response_homes_are_an_lru_bounded_by_count():
     assert homes.find("resp_1") == ("a", "http://one")  # now the most recent
     homes.remember("resp_3", "b", "http://three")
     assert homes.find("resp_2") is None and len(homes) == 2
+
+
+@pytest.mark.parametrize(("given", "body", "endpoint"), [
+    (None, {"input": "hi"}, "responses"),
+    (None, {"prompt": "hi"}, "completions"),
+    (None, {"system": "x", "messages": [], "max_tokens": 5}, "messages"),
+    (None, {"messages": []}, "chat"),
+    ("/v1/messages", {"messages": []}, "messages"),
+    ("responses", {"messages": []}, "responses"),
+])
+def test_explain_reads_the_endpoint_given_or_the_bodys_shape(given, body, endpoint):
+    assert apis.explained_endpoint(given, body) == endpoint
+
+
+def test_explain_refuses_an_unknown_endpoint():
+    with pytest.raises(InvalidRequest, match="'endpoint' must be one of"):
+        apis.explained_endpoint("embeddings", {})
