@@ -105,7 +105,8 @@ class ProxyEndpoints:
         if home is None:
             return routed
         return Routed(routed.features, Decision(home.pool, PREVIOUS_RESPONSE, f"previous_response_id is held by "
-                                                f"{home.endpoint} in pool '{home.pool}'", chain=(home.pool,)))
+                                                f"{home.endpoint} in pool '{home.pool}'", chain=(home.pool,),
+                                                home=home.endpoint))
 
     async def chat(self, request: Request) -> ASGIApp:
         return await self._generate(request, "chat")
@@ -133,15 +134,14 @@ class ProxyEndpoints:
         if self.capture is not None:
             self.capture.offer(endpoint, body, traffic)
         # No await from the decision to the lease: the next decision counts this one (see load_view).
-        home = self._home(endpoint, body) if decision.rule == PREVIOUS_RESPONSE else None
-        if home is not None and grant is not None and not grant.allows(home.pool):
-            raise Forbidden(f"this API key may not use pool '{home.pool}', which holds the previous response")
+        if decision.home is not None and grant is not None and not grant.allows(decision.pool):
+            raise Forbidden(f"this API key may not use pool '{decision.pool}', which holds the previous response")
         chain, degraded = self._chain(decision.pool, grant, decision.chain)
         outgoing = Outgoing("POST", PATHS[endpoint], raw, self._forwarded(request), body=body,
                             stream=features.stream, drop_client_key=self.keys.enabled,
                             usage=UsagePlan(endpoint, body, features.stream, features.n),
                             key=PromptKey(body, endpoint, request.headers),
-                            home=None if home is None else home.endpoint)
+                            home=decision.home)
         return self._relay(Exchange(chain, outgoing, request.state.request_id, decision.rule, started,
                                     self.forwarder, self.recorder, degraded=degraded,
                                     traffic=traffic, measured=True, load=features.load, priority=priority))
