@@ -145,6 +145,10 @@ def test_a_follow_up_reaches_the_endpoint_that_holds_its_previous_response(two_s
         assert raw.headers["x-specgate-rule"] == "previous_response"
         previous = raw.parse().id
     assert sum(r.path == "/v1/responses" for r in home[0].requests) == 5
+    explained = httpx.post(gateway.url + "/admin/explain", json={"input": "x", "previous_response_id": previous},
+                           headers={"authorization": f"Bearer {ADMIN_TOKEN}"}).json()
+    assert (explained["rule"], explained["pool"], explained["home"]) == ("previous_response", "speculative",
+                                                                        home[0].url)
     assert not [r for f in [*fakes, std_fake] if f is not home[0] for r in f.requests if r.path == "/v1/responses"]
 
 
