@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import httpx
@@ -150,7 +151,13 @@ def test_guard_reads_a_real_acceptance_rate(stack):
 @pytest.mark.parametrize(("temperature", "pool"), [(0, "speculative"), (1.5, "standard")])
 @pytest.mark.parametrize("stream", [False, True])
 def test_messages_go_through_the_decision_on_real_vllm(stack, temperature, pool, stream):
-    claude = anthropic.Anthropic(base_url=base_url(stack), api_key="unused", max_retries=0, timeout=120)
+    with anthropic.Anthropic(base_url=base_url(stack), api_key="unused", max_retries=0, timeout=120) as claude:
+        served, text, tokens = ask_messages(claude, temperature, stream)
+    assert served == pool and text.strip() and tokens > 0
+
+
+def ask_messages(claude: anthropic.Anthropic, temperature: float, stream: bool) -> tuple[str, str, int]:
+    """(pool, text, output tokens) of one Messages request through the gateway."""
     options = {"model": "smollm2", "max_tokens": 48, "system": "Answer briefly.",
                "messages": [{"role": "user", "content": "Why is the sky blue?"}],
                "extra_body": {"temperature": temperature}}
@@ -165,26 +172,33 @@ def test_messages_go_through_the_decision_on_real_vllm(stack, temperature, pool,
         raw = claude.messages.with_raw_response.create(**options)
         served, message = raw.headers["x-specgate-pool"], raw.parse()
         text, tokens = message.content[0].text, message.usage.output_tokens
-    assert served == pool and text.strip() and tokens > 0
+    return served, text, tokens
 
 
 @pytest.mark.parametrize(("temperature", "pool"), [(0, "speculative"), (1.5, "standard")])
 @pytest.mark.parametrize("stream", [False, True])
 def test_responses_go_through_the_decision_on_real_vllm(stack, temperature, pool, stream):
+    with client(stack) as openai_client:
+        served, text, usage = ask_responses(openai_client, temperature, stream)
+    assert served == pool and text.strip() and usage is not None and usage.output_tokens > 0
+
+
+def ask_responses(openai_client: openai.OpenAI, temperature: float, stream: bool) -> tuple[str, str, Any]:
+    """(pool, text, usage) of one Responses request through the gateway."""
     options = {"model": "smollm2", "input": "Why is the sky blue?", "instructions": "Answer briefly.",
                "temperature": temperature, "max_output_tokens": 48}
     if stream:
-        with client(stack).responses.with_streaming_response.create(stream=True, **options) as response:
+        with openai_client.responses.with_streaming_response.create(stream=True, **options) as response:
             served = response.headers["x-specgate-pool"]
             events = list(response.parse())
         assert events[0].type == "response.created" and events[-1].type == "response.completed"
         text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
         usage = events[-1].response.usage
     else:
-        raw = client(stack).responses.with_raw_response.create(**options)
+        raw = openai_client.responses.with_raw_response.create(**options)
         served, answer = raw.headers["x-specgate-pool"], raw.parse()
         text, usage = answer.output_text, answer.usage
-    assert served == pool and text.strip() and usage is not None and usage.output_tokens > 0
+    return served, text, usage
 
 
 def test_bad_messages_are_answered_in_anthropics_envelope_on_real_vllm(stack):
