@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 from gateway.decide.policy import PoolSpec
-from gateway.upstream.usage import EVENT_END, client_counts, completion_tokens
+from gateway.upstream.usage import EVENT_END, completion_tokens
 
 ALPHA = 0.3  # weight of the newest run in the averages of gap and tokens
 EARLY_S = 0.0005  # a piece this close to its time goes now rather than after another timer
@@ -56,10 +56,13 @@ class Pacer:
         self.held: deque[tuple[float, bytes]] = deque()
 
     @classmethod
-    def serving(cls, pool: PoolSpec, body: Mapping[str, Any] | None, stream: bool) -> Pacer | None:
+    def serving(cls, pool: PoolSpec, body: Mapping[str, Any] | None, stream: bool,
+                keep_counts: bool = False) -> Pacer | None:
+        """The pacer of `pool`'s answer to this request, or None when it is not
+        paced; `keep_counts` is the usage plan's (the client asked for the counts)."""
         if not paces(pool, body, stream):
             return None
-        return cls(pool.pacing.max_delay_ms / 1000, keep_counts=client_counts(body))
+        return cls(pool.pacing.max_delay_ms / 1000, keep_counts=keep_counts)
 
     async def pace(self, runs: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
         """`runs` as they should go out: each yield is due now. Reads ahead in

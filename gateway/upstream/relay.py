@@ -220,7 +220,7 @@ class Relay:
         pool, request = self.exchange.claim.pool, self.exchange.request
         if pool is None or not request.usage.openai:  # only OpenAI's chunks are paced
             return None
-        return Pacer.serving(pool.spec, request.body, request.stream)
+        return Pacer.serving(pool.spec, request.body, request.stream, request.usage.keep_counts)
 
     async def _send_events(self, send: Send, body: bytes, outcome: Outcome) -> None:
         if body:
