@@ -17,6 +17,13 @@
         ├── UpstreamUnreachable   502 connect errors or bad statuses after retries
         └── UpstreamTimeout       504 no first byte within the pool's timeout
 
+On `/v1/messages` the same errors are answered in Anthropic's envelope,
+`{"type": "error", "error": {"type", "message"}}`, with Anthropic's types:
+400 invalid_request_error (and any other 4xx), 401 authentication_error,
+403 permission_error, 404 not_found_error, 413 request_too_large,
+429 rate_limit_error, other 5xx api_error, and the gateway's 503 becomes
+Anthropic's 529 overloaded_error (the status its clients retry on).
+
 Lower layers (httpx, pydantic, json) are translated into these at the
 boundary where they are caught, once; nothing else builds an error body.
 """
@@ -26,6 +33,11 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.responses import JSONResponse
+
+OVERLOADED = 529  # Anthropic's status for "try again later", where OpenAI's APIs say 503
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                   404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                   500: "api_error", OVERLOADED: "overloaded_error"}
 
 
 class GatewayError(Exception):
@@ -45,9 +57,18 @@ class GatewayError(Exception):
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.error_type, self.param, self.code)
 
-    def response(self, headers: dict[str, str] | None = None) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status_code,
-                            headers={**self.headers, **(headers or {})})
+    def answer(self, endpoint: str | None = None) -> tuple[int, dict[str, Any]]:
+        """The status and body in the envelope of `endpoint`'s API: Anthropic's
+        for "messages", OpenAI's for everything else."""
+        if endpoint != "messages":
+            return self.status_code, self.body()
+        status = OVERLOADED if self.status_code == 503 else self.status_code
+        kind = ANTHROPIC_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+        return status, {"type": "error", "error": {"type": kind, "message": self.message}}
+
+    def response(self, headers: dict[str, str] | None = None, endpoint: str | None = None) -> JSONResponse:
+        status, body = self.answer(endpoint)
+        return JSONResponse(body, status_code=status, headers={**self.headers, **(headers or {})})
 
 
 class InvalidRequest(GatewayError):

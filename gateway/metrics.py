@@ -25,8 +25,9 @@ class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.requests = Counter("specgate_requests", "Requests answered, by pool, rule and status code",
-                                ["pool", "rule", "code"], registry=r)
+        self.requests = Counter("specgate_requests", "Requests answered, by pool, rule, status code and API "
+                                "(chat, completions, messages, responses, passthrough)",
+                                ["pool", "rule", "code", "api"], registry=r)
         self.duration = Histogram("specgate_request_duration_seconds", "Whole request time",
                                   ["pool"], buckets=LATENCY_BUCKETS, registry=r)
         self.ttfb = Histogram("specgate_time_to_first_byte_seconds",
@@ -52,8 +53,8 @@ class GatewayMetrics:
         self.policy_reloads = Counter("specgate_policy_reloads", "Policy reloads, by result",
                                       ["result"], registry=r)
         self.route_decisions = Counter("specgate_route_decisions",
-                                       "Routing decisions, by pool, rule and whether the choice explored",
-                                       ["pool", "rule", "explored"], registry=r)
+                                       "Routing decisions, by pool, rule, whether the choice explored, and API",
+                                       ["pool", "rule", "explored", "api"], registry=r)
         self.predicted_e2e = Histogram("specgate_predicted_e2e_seconds",
                                        "Predicted end-to-end time of the pool a fastest route chose",
                                        ["pool"], buckets=LATENCY_BUCKETS, registry=r)

@@ -1,6 +1,8 @@
 """`create_openai_app`: a Starlette app that looks like vLLM's OpenAI server.
 
-Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`,
+Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `POST
+/v1/messages` and `POST /v1/responses` (translated over chat, as vLLM does:
+translate.py), `GET /v1/models`,
 `GET /health`, `GET /metrics`. The app owns the wire format (JSON and SSE),
 the `vllm:*` metrics and the running/waiting accounting; the `TokenGenerator`
 it is given owns tokens and timing. Streams are sent unbuffered, and a client
@@ -10,6 +12,7 @@ that disconnects cancels its generator, streaming or not.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -43,6 +46,7 @@ from backends.serving.protocol import (
     system_fingerprint,
     usage,
 )
+from backends.serving.translate import ResponsesStore, anthropic_error, message_events, messages_to_chat, whole_message
 
 
 class RequestRun:
@@ -141,6 +145,8 @@ def create_openai_app(
         routes=[
             Route("/v1/chat/completions", endpoints.chat, methods=["POST"]),
             Route("/v1/completions", endpoints.completions, methods=["POST"]),
+            Route("/v1/messages", endpoints.messages, methods=["POST"]),
+            Route("/v1/responses", endpoints.responses, methods=["POST"]),
             Route("/v1/models", endpoints.models, methods=["GET"]),
             Route("/health", endpoints.health, methods=["GET"]),
             Route("/metrics", endpoints.metrics_endpoint, methods=["GET"]),
@@ -162,6 +168,7 @@ class _Endpoints:
     fingerprint: str
     spec_tokens: int | None = None
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
+    store: ResponsesStore = dataclasses.field(default_factory=ResponsesStore)
 
     async def chat(self, request: Request) -> Response:
         return await self._complete(request, "chat")
@@ -169,11 +176,42 @@ class _Endpoints:
     async def completions(self, request: Request) -> Response:
         return await self._complete(request, "completions")
 
-    async def _complete(self, request: Request, endpoint: Endpoint) -> Response:
+    async def messages(self, request: Request) -> Response:
         try:
-            body = await request.json()
+            chat = messages_to_chat(await request.json())
+        except ValueError:
+            return JSONResponse(anthropic_error(ProtocolError("The request body is not valid JSON.")), 400)
+        except ProtocolError as exc:
+            return JSONResponse(anthropic_error(exc), status_code=exc.status)
+        answer = await self._complete(request, "chat", chat)
+        if isinstance(answer, DisconnectAwareStream):
+            return DisconnectAwareStream(message_events(answer.chunks))
+        if answer.status_code != 200:
+            return JSONResponse({"type": "error", "error": {"type": "api_error", "message": answer.body.decode()}},
+                                status_code=answer.status_code)
+        return JSONResponse(whole_message(json.loads(answer.body)))
+
+    async def responses(self, request: Request) -> Response:
+        try:
+            chat, turns = self.store.to_chat(await request.json())
         except ValueError:
             return _error(ProtocolError("The request body is not valid JSON."))
+        except ProtocolError as exc:
+            return _error(exc)
+        answer = await self._complete(request, "chat", chat)
+        if isinstance(answer, DisconnectAwareStream):
+            events = self.store.events(answer.chunks, self.model_name, turns)
+            return DisconnectAwareStream(events)
+        if answer.status_code != 200:
+            return answer
+        return JSONResponse(self.store.whole(json.loads(answer.body), turns))
+
+    async def _complete(self, request: Request, endpoint: Endpoint, body: object = None) -> Response:
+        if body is None:
+            try:
+                body = await request.json()
+            except ValueError:
+                return _error(ProtocolError("The request body is not valid JSON."))
         request_id = request.headers.get("x-request-id") or random_id()
         try:
             parsed = parse_request(endpoint, body, served_model=self.model_name, request_id=request_id)

@@ -21,6 +21,7 @@ import structlog
 
 from gateway.capture.files import CaptureFiles
 from gateway.capture.scrub import Scrubber
+from gateway.decide import apis
 from gateway.decide.capture_spec import CaptureSpec
 from gateway.metrics import GatewayMetrics
 
@@ -54,7 +55,10 @@ class Capture:
         spec = self.spec
         if not spec.enabled or self.rng.random() >= spec.share:
             return
-        prompt = body.get("messages") if endpoint == "chat" else body.get("prompt")
+        if endpoint in ("chat", "completions"):
+            prompt = body.get("messages") if endpoint == "chat" else body.get("prompt")
+        else:  # Messages and Responses are kept as the chat turns they read as
+            prompt = apis.conversation(endpoint, body)
         try:
             self.queue.put_nowait((time.time(), endpoint, traffic_class, prompt))
         except asyncio.QueueFull:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from gateway.decide import apis
 from gateway.errors import InvalidRequest
 
 CHARS_PER_TOKEN = 4  # rough BPE average for English text and code
@@ -22,7 +23,7 @@ CHARS_PER_TOKEN = 4  # rough BPE average for English text and code
 
 @dataclass(frozen=True, slots=True)
 class Features:
-    endpoint: str  # "chat" or "completions"
+    endpoint: str  # "chat", "completions", "messages" or "responses" (gateway.decide.apis)
     model: str | None
     temperature: float
     top_p: float
@@ -62,13 +63,14 @@ class Defaults:
 @dataclass(frozen=True, slots=True)
 class Limits:
     n: int = 16  # sequences per request: `n`, and `best_of` where a backend still takes it
-    max_tokens: int = 131072  # output tokens: `max_tokens` and `max_completion_tokens`
+    max_tokens: int = 131072  # output tokens: `max_tokens`, `max_completion_tokens`, `max_output_tokens`
 
 
 def check_limits(body: Mapping[str, Any], limits: Limits) -> None:
     """A 400 naming the first field over its limit (or of the wrong type)."""
     for name, limit in (("n", limits.n), ("best_of", limits.n), ("max_tokens", limits.max_tokens),
-                        ("max_completion_tokens", limits.max_tokens)):
+                        ("max_completion_tokens", limits.max_tokens),
+                        ("max_output_tokens", limits.max_tokens)):
         value = _optional(body, name, _int_at_least(1))
         if value is not None and value > limit:
             raise InvalidRequest(f"'{name}' is {value}, over the limit of {limit}", param=name)
@@ -105,17 +107,20 @@ def extract_features(
     domain_override: str | None = None,
     route_override: str | None = None,
 ) -> Features:
-    prompt = _chat_text(body) if endpoint == "chat" else _completion_text(body)
+    prompt = apis.prompt_text(endpoint, body)
     prompt_text = prompt if isinstance(prompt, str) else ""
     prompt_tokens = (len(prompt) if isinstance(prompt, list)
                      else math.ceil(len(prompt_text) / CHARS_PER_TOKEN))
-    max_tokens = _optional(body, "max_completion_tokens", _int_at_least(1))
-    if max_tokens is None:
-        max_tokens = _optional(body, "max_tokens", _int_at_least(1))
+    max_tokens = None
+    for name in apis.OUTPUT_BOUNDS[endpoint]:
+        max_tokens = _optional(body, name, _int_at_least(1))
+        if max_tokens is not None:
+            break
+    temperature = apis.API_TEMPERATURE.get(endpoint, defaults.temperature)
     return Features(
         endpoint=endpoint,
         model=_optional(body, "model", _string),
-        temperature=_or(_optional(body, "temperature", _number_at_least(0.0)), defaults.temperature),
+        temperature=_or(_optional(body, "temperature", _number_at_least(0.0)), temperature),
         top_p=_or(_optional(body, "top_p", _number_at_least(0.0)), defaults.top_p),
         max_tokens=_or(max_tokens, defaults.max_tokens),
         stream=_or(_optional(body, "stream", _boolean), False),
@@ -170,38 +175,3 @@ def _int_at_least(low: int) -> Callable[[str, Any], int]:
             raise InvalidRequest(f"'{name}' must be >= {low}", param=name)
         return value
     return check
-
-
-def _chat_text(body: Mapping[str, Any]) -> str:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise InvalidRequest("'messages' must be a non-empty list", param="messages")
-    pieces: list[str] = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise InvalidRequest(f"'messages[{i}]' must be an object", param=f"messages[{i}]")
-        content = message.get("content")
-        if isinstance(content, str):
-            pieces.append(content)
-        elif isinstance(content, list):
-            pieces.extend(part["text"] for part in content
-                          if isinstance(part, dict) and isinstance(part.get("text"), str))
-        elif content is not None:
-            raise InvalidRequest(f"'messages[{i}].content' must be a string or a list of parts",
-                                 param=f"messages[{i}].content")
-    return "\n".join(pieces)
-
-
-def _completion_text(body: Mapping[str, Any]) -> str | list[int]:
-    prompt = body.get("prompt")
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list) and prompt:
-        if all(isinstance(p, str) for p in prompt):
-            return "\n".join(prompt)
-        if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
-            return prompt
-        if all(isinstance(p, list) for p in prompt):
-            return [token for ids in prompt for token in ids if isinstance(token, int)]
-    raise InvalidRequest("'prompt' must be a string, a list of strings or a list of token ids",
-                         param="prompt")

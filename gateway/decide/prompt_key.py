@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.decide import apis
+
 TOKEN_CHARS = 4  # characters a token id stands for when token prompts are cut into blocks
 
 
@@ -38,7 +40,7 @@ class PromptKey:
     """A request's prompt (the parsed body, already validated by the features)
     and where its session key may be: a header, or the body's `user`."""
     body: Mapping[str, Any]
-    endpoint: str  # "chat" or "completions"
+    endpoint: str  # "chat", "completions", "messages" or "responses"
     headers: Mapping[str, str] = field(default_factory=dict)
     _blocks: dict[int, Blocks] = field(default_factory=dict, repr=False)
 
@@ -46,19 +48,19 @@ class PromptKey:
         """The prompt's leading blocks, hashed once per block size."""
         found = self._blocks.get(block_chars)
         if found is None:
-            if self.endpoint == "chat":
-                found = chat_blocks(self.body.get("messages"), block_chars)
-            else:
+            if self.endpoint == "completions":
                 found = completion_blocks(self.body.get("prompt"), block_chars)
+            elif self.endpoint == "chat":
+                found = chat_blocks(self.body.get("messages"), block_chars)
+            else:  # Messages and Responses: their turns read as chat messages
+                found = chat_blocks(apis.conversation(self.endpoint, self.body), block_chars)
             self._blocks[block_chars] = found
         return found
 
     def session(self, header: str) -> int | None:
-        """The hash of the session key: the header's value, else the body's `user`; None without one."""
-        value = self.headers.get(header.lower())
-        if not value:
-            user = self.body.get("user")
-            value = user if isinstance(user, str) and user else None
+        """The hash of the session key: the header's value, else the body's (`user`;
+        `metadata.user_id` in Messages); None without one."""
+        value = self.headers.get(header.lower()) or apis.session_of(self.endpoint, self.body)
         return None if value is None else digest(value.encode())
 
 

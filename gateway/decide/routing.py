@@ -39,6 +39,7 @@ class Decision:
     probe: bool = False
     chain: tuple[str, ...] = ()  # the pools to try in order, when not the pool's fallback chain
     fastest: Fastest | None = None  # how `route: fastest` chose
+    home: str | None = None  # the one endpoint (URL) that may serve it: it holds the state the request continues
 
     @property
     def explored(self) -> bool:
@@ -53,6 +54,7 @@ class Decision:
             "explored": self.explored,
             "chain": list(self.chain),
             "fastest": None if self.fastest is None else self.fastest.to_json(),
+            "home": self.home,
             "features": features.to_json(),
             "flags": {name: flag.to_json() for name, flag in flags.items()},
         }

@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.control.reload import PolicyReloader
+from gateway.decide.apis import explained_endpoint
 from gateway.decide.features import parse_json_body
 from gateway.decide.policy import PolicyError
 from gateway.decide.prompt_key import PromptKey
@@ -61,10 +62,7 @@ class AdminAPI:
     async def explain(self, request: Request) -> Response:
         body = parse_json_body(await read_body(request, self.proxy.settings.max_body_bytes,
                                                self.proxy.settings.body_timeout_s))
-        path = request.query_params.get("endpoint", "chat")
-        endpoint = "completions" if path in ("completions", "/v1/completions") else "chat"
-        if endpoint == "chat" and "messages" not in body and "prompt" in body:
-            endpoint = "completions"
+        endpoint = explained_endpoint(request.query_params.get("endpoint"), body)
         routed = self.proxy.route(body, endpoint, request.headers)
         answer = routed.to_json(self.flags.snapshot())
         pool = self.proxy.runtime.pools.get(routed.decision.pool)

@@ -103,6 +103,8 @@ class GatewayParts:
         return [
             HotRoute("/v1/chat/completions", proxy.chat),
             HotRoute("/v1/completions", proxy.completions),
+            HotRoute("/v1/messages", proxy.messages),
+            HotRoute("/v1/responses", proxy.responses),
             Route("/v1/models", proxy.models, methods=["GET"]),
             Route("/v1/{rest:path}", proxy.passthrough, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
             Route("/healthz", self.healthz, methods=["GET"]),

@@ -1,4 +1,8 @@
-"""The OpenAI-facing routes: parse -> route (gateway.decide) -> an exchange for the relay (gateway.upstream)."""
+"""The generation routes (OpenAI's chat completions, completions and
+Responses, Anthropic's Messages): parse -> route (gateway.decide) -> an
+exchange for the relay (gateway.upstream). A Responses request that
+continues a `previous_response_id` this gateway saw completed goes to the
+pool and endpoint that hold it, and nowhere else (upstream/response_homes.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from starlette.types import ASGIApp
 
 from gateway.capture.stage import Capture
 from gateway.decide.admission import hold
+from gateway.decide.apis import PATHS
 from gateway.decide.features import Features, Limits, check_limits, parse_json_body
 from gateway.decide.latency import LatencyModel
 from gateway.decide.prompt_key import PromptKey
@@ -27,18 +32,21 @@ from gateway.edge.auth import ClientKeys, Grant
 from gateway.edge.load_view import DecisionLoad
 from gateway.edge.priority import request_priority
 from gateway.edge.tracing import span_of, trace_decision
-from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, PayloadTooLarge, RequestTimeout
+from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, NotFound, PayloadTooLarge, RequestTimeout
 from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
 from gateway.policy.classes import traffic_class
 from gateway.settings import Settings
-from gateway.upstream.exchange import Exchange, Outgoing, Recorder, Sink, usage_hidden
+from gateway.upstream.exchange import Exchange, Outgoing, Recorder, Sink
 from gateway.upstream.proxy import Forwarder, request_headers
 from gateway.upstream.queue_metrics import QueueMetrics
 from gateway.upstream.relay import Relay, RelayTimeouts
+from gateway.upstream.response_homes import Home, ResponseHomes
 from gateway.upstream.runtime import Runtime
 from gateway.upstream.upstream import Upstream
+from gateway.upstream.usage import UsagePlan
 
+PREVIOUS_RESPONSE = "previous_response"  # the rule name of a request sent where its previous response lives
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 
@@ -73,7 +81,7 @@ class ProxyEndpoints:
                  metrics: GatewayMetrics, keys: ClientKeys | None = None,
                  rng: random.Random | None = None, class_latency: ClassLatency | None = None,
                  latency: LatencyModel | None = None, capture: Capture | None = None,
-                 observers: Sequence[Sink] = ()) -> None:
+                 observers: Sequence[Sink] = (), homes: ResponseHomes | None = None) -> None:
         self.settings = settings
         self.capture = capture  # offered each chat/completions request after routing
         self.class_latency = class_latency
@@ -86,23 +94,36 @@ class ProxyEndpoints:
         self.flags = flags
         self.metrics = metrics
         self.rng = rng or random.Random()
-        self.recorder = Recorder(metrics, runtime, class_latency, observers)  # each answer's Measurement
+        self.homes = homes or ResponseHomes()
+        self.recorder = Recorder(metrics, runtime, class_latency, observers, self.homes)  # each answer's Measurement
         self.forwarder = Forwarder(on_error=self.recorder.error, on_retry=self.recorder.retry,
                                    waits=QueueMetrics(metrics.registry))
 
     def route(self, body: Mapping[str, Any], endpoint: str, headers: Mapping[str, str]) -> Routed:
         """The decision for a parsed body, without sending anything anywhere."""
         policy = self.runtime.policy
-        return route(body, endpoint, policy, self.load(), self.flags.snapshot(),
-                     Overrides.from_headers(headers, policy), self.rng.random(), self.latency, self.rng)
+        routed = route(body, endpoint, policy, self.load(), self.flags.snapshot(),
+                       Overrides.from_headers(headers, policy), self.rng.random(), self.latency, self.rng)
+        home = self._home(endpoint, body)
+        if home is None:
+            return routed
+        return Routed(routed.features, Decision(home.pool, PREVIOUS_RESPONSE, f"previous_response_id is held by "
+                                                f"{home.endpoint} in pool '{home.pool}'", chain=(home.pool,),
+                                                home=home.endpoint))
 
     async def chat(self, request: Request) -> ASGIApp:
-        return await self._generate(request, "chat", "/v1/chat/completions")
+        return await self._generate(request, "chat")
 
     async def completions(self, request: Request) -> ASGIApp:
-        return await self._generate(request, "completions", "/v1/completions")
+        return await self._generate(request, "completions")
 
-    async def _generate(self, request: Request, endpoint: str, path: str) -> ASGIApp:
+    async def messages(self, request: Request) -> ASGIApp:
+        return await self._generate(request, "messages")
+
+    async def responses(self, request: Request) -> ASGIApp:
+        return await self._generate(request, "responses")
+
+    async def _generate(self, request: Request, endpoint: str) -> ASGIApp:
         started = time.perf_counter()
         grant = self._grant(request)
         raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout_s)
@@ -113,16 +134,19 @@ class ProxyEndpoints:
         decision, features = routed.decision, routed.features
         span = trace_decision(request, endpoint, body, routed)
         check_limits(body, Limits(n=self.settings.max_n, max_tokens=self._max_tokens(decision.pool)))
-        self._count(decision)
+        self._count(decision, endpoint)
         traffic = self._traffic_class(features)
         if self.capture is not None:
             self.capture.offer(endpoint, body, traffic)
         # No await from the decision to the lease: the next decision counts this one (see load_view).
+        if decision.home is not None and grant is not None and not grant.allows(decision.pool):
+            raise Forbidden(f"this API key may not use pool '{decision.pool}', which holds the previous response")
         chain, degraded = self._chain(decision.pool, grant, decision.chain)
-        outgoing = Outgoing("POST", path, raw, self._forwarded(request), body=body, stream=features.stream,
-                            drop_client_key=self.keys.enabled,
-                            hide_usage=usage_hidden(body, features.stream, features.n),
-                            key=PromptKey(body, endpoint, request.headers))
+        outgoing = Outgoing("POST", PATHS[endpoint], raw, self._forwarded(request), body=body,
+                            stream=features.stream, drop_client_key=self.keys.enabled,
+                            usage=UsagePlan(endpoint, body, features.stream, features.n),
+                            key=PromptKey(body, endpoint, request.headers),
+                            home=decision.home)
         return self._relay(Exchange(chain, outgoing, request.state.request_id, decision.rule, started,
                                     self.forwarder, self.recorder, degraded=degraded,
                                     traffic=traffic, measured=True, load=features.load, priority=priority,
@@ -191,14 +215,34 @@ class ProxyEndpoints:
             raise NoHealthyBackend("no backend answered /v1/models")
         return JSONResponse({"object": "list", "data": list(seen.values())})
 
+    def _home(self, endpoint: str, body: Mapping[str, Any]) -> Home | None:
+        """Where the response a Responses request continues lives, when this
+        gateway saw it complete; a 404 when that endpoint left the policy
+        (the conversation cannot continue anywhere else)."""
+        previous = body.get("previous_response_id") if endpoint == "responses" else None
+        if previous is None:
+            return None
+        if not isinstance(previous, str):
+            raise InvalidRequest("'previous_response_id' must be a string", param="previous_response_id")
+        home = self.homes.find(previous)
+        if home is None:
+            return None
+        pool = self.runtime.pools.get(home.pool)
+        if pool is None or all(e.url != home.endpoint for e in pool.endpoints):
+            raise NotFound(f"response '{previous}' was held by {home.endpoint} in pool '{home.pool}', which "
+                           "the policy no longer has", param="previous_response_id",
+                           code="previous_response_not_found")
+        return home
+
     def _grant(self, request: Request) -> Grant | None:
         if not self.keys.enabled:
             return None
         return self.keys.authenticate(request.headers.get("authorization"), request.headers.get("x-api-key"))
 
-    def _count(self, decision: Decision) -> None:
+    def _count(self, decision: Decision, api: str) -> None:
         """The decision's metrics, and a log line when a class's preferred pool changes."""
-        self.metrics.route_decisions.labels(decision.pool, decision.rule, str(decision.explored).lower()).inc()
+        self.metrics.route_decisions.labels(decision.pool, decision.rule, str(decision.explored).lower(),
+                                            api).inc()
         found = decision.fastest
         if found is None:
             return

@@ -1,6 +1,7 @@
 """How an exception becomes the client's answer, in one place: the app's
 exception handlers and the fast path (gateway.edge.middleware) both answer
-through `answer_error`. Every answer carries the request's id."""
+through `answer_error`, in the envelope of the API the path belongs to
+(Anthropic's on /v1/messages). Every answer carries the request's id."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from collections.abc import Awaitable, Callable, Mapping
 import structlog
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
-from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound, error_body
+from gateway.decide.apis import endpoint_of
+from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound
 
 ErrorHandler = Callable[[Request, Exception], Awaitable[Response]]
 
@@ -19,14 +21,15 @@ ErrorHandler = Callable[[Request, Exception], Awaitable[Response]]
 async def answer_error(request: Request, exc: Exception) -> Response:
     """The envelope for `exc`: a GatewayError as it says, a routing miss as a
     404 or 405, anything else a 500 whose type goes to the log."""
+    endpoint = endpoint_of(request.url.path)  # the API whose envelope the client reads
     if isinstance(exc, GatewayError):
-        response: Response = exc.response()
+        response: Response = exc.response(endpoint=endpoint)
     elif isinstance(exc, HTTPException):
-        response = _routing_error(request, exc).response(dict(exc.headers or {}))
+        response = _routing_error(request, exc).response(dict(exc.headers or {}), endpoint)
     else:
         structlog.get_logger("specgate").error("unhandled_error", error=type(exc).__name__,
                                                path=request.url.path)
-        response = JSONResponse(error_body("internal gateway error", "internal_error"), status_code=500)
+        response = GatewayError("internal gateway error").response(endpoint=endpoint)
     rid = getattr(request.state, "request_id", None)
     if rid:
         response.headers["x-request-id"] = rid

@@ -27,25 +27,18 @@ from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
 from gateway.telemetry.spans import NULL_SPAN, RequestSpan
 from gateway.upstream.drafting import Drafting
-from gateway.upstream.meter import Measurement, TokenMeter, UsageTap, completion_tokens
-from gateway.upstream.pacing import ask_token_counts, paces
+from gateway.upstream.meter import Measurement, TokenMeter
+from gateway.upstream.pacing import paces
 from gateway.upstream.pools import Pool
 from gateway.upstream.proxy import Claim, Forwarder, Opened, Outbound, Standing
+from gateway.upstream.response_homes import ResponseHomes
 from gateway.upstream.runtime import Runtime
 from gateway.upstream.upstream import Upstream
+from gateway.upstream.usage import UsagePlan, UsageTap, response_id
 
 CLIENT_KEY_HEADERS = frozenset({"authorization", "x-api-key"})
 SSE = "text/event-stream"
 Sink = Callable[[Measurement], None]
-
-
-def usage_hidden(body: Mapping[str, Any], stream: bool, choices: int) -> bool:
-    """Whether the gateway must ask the pool for a usage chunk the client did
-    not ask for: a stream of one choice with no `stream_options.include_usage`.
-    Options the pool would refuse are left for it to refuse."""
-    options = body.get("stream_options")
-    return stream and choices == 1 and (options is None or (isinstance(options, dict)
-                                                           and not options.get("include_usage")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +51,9 @@ class Outgoing:
     body: dict[str, Any] | None = None  # the parsed JSON body, whose model a pool may rename
     stream: bool = False
     drop_client_key: bool = False  # the gateway checks keys: the client's own is never sent on
-    hide_usage: bool = False  # ask the pool for a usage chunk the client does not get (see usage_hidden)
+    usage: UsagePlan = field(default_factory=lambda: UsagePlan("passthrough"))  # asked, read, removed
     key: PromptKey | None = None  # the prompt's block hashes and session, for the pools' balancers
+    home: str | None = None  # the only endpoint (its URL) that may serve it: it holds the previous response
 
     def to(self, pool: Pool, started: float) -> Outbound:
         content = self.content
@@ -67,13 +61,7 @@ class Outgoing:
             changes: dict[str, Any] = {}
             if pool.spec.model and self.body.get("model") != pool.spec.model:
                 changes["model"] = pool.spec.model
-            if self.hide_usage:
-                # the usage of every chunk (continuous_usage_stats) would show: only the last chunk's is asked
-                options = {k: v for k, v in (self.body.get("stream_options") or {}).items()
-                           if k != "continuous_usage_stats"}
-                changes["stream_options"] = {**options, "include_usage": True}
-            if paces(pool.spec, self.body, self.stream):  # a paced stream needs each chunk's token count
-                changes.update(ask_token_counts(changes.get("stream_options", self.body.get("stream_options"))))
+            changes.update(self.usage.asks(self.body, paces(pool.spec, self.body, self.stream)))
             if changes:
                 content = json.dumps({**self.body, **changes}, separators=(",", ":")).encode()
         timeouts = pool.spec.timeouts
@@ -81,7 +69,7 @@ class Outgoing:
         deadline = asyncio.get_running_loop().time() + timeouts.total_s - (time.perf_counter() - started)
         header_timeout = timeouts.first_byte_s if self.stream else timeouts.total_s
         return Outbound(self.path, self._headers_for(pool), content, header_timeout, deadline, self.method,
-                        self.key)
+                        self.key, self.home)
 
     def _headers_for(self, pool: Pool) -> list[tuple[str, str]]:
         """The client's key is never sent on when the gateway checks keys or the
@@ -119,9 +107,11 @@ class Recorder:
     per output token by traffic class, for the guard, is one)."""
 
     def __init__(self, metrics: GatewayMetrics, runtime: Runtime,
-                 class_latency: ClassLatency | None = None, sinks: Sequence[Sink] = ()) -> None:
+                 class_latency: ClassLatency | None = None, sinks: Sequence[Sink] = (),
+                 homes: ResponseHomes | None = None) -> None:
         self.metrics = metrics
         self.runtime = runtime
+        self.homes = homes  # where each completed Responses answer lives
         self.class_latency = class_latency
         self.sinks: list[Sink] = [*([] if class_latency is None else [self._class_timing]), *sinks]
         self.log = structlog.get_logger("specgate.request")
@@ -129,8 +119,9 @@ class Recorder:
     def overhead(self, seconds: float) -> None:
         self.metrics.overhead.observe(seconds)
 
-    def answered(self, pool: Pool, rule: str, status: int, duration_s: float, ttfb_s: float | None) -> None:
-        self.metrics.requests.labels(pool.name, rule, str(status)).inc()
+    def answered(self, pool: Pool, rule: str, status: int, duration_s: float, ttfb_s: float | None,
+                 api: str) -> None:
+        self.metrics.requests.labels(pool.name, rule, str(status), api).inc()
         self.metrics.duration.labels(pool.name).observe(duration_s)
         if ttfb_s is not None:
             self.metrics.ttfb.labels(pool.name).observe(ttfb_s)
@@ -178,6 +169,7 @@ class Exchange:
     tap: UsageTap | None = field(default=None, init=False)  # a streamed answer's events pass through it
     body_tokens: int | None = field(default=None, init=False)
     body_drafting: Drafting | None = field(default=None, init=False)
+    response_id: str | None = field(default=None, init=False)  # a whole Responses answer's id
 
     def __post_init__(self) -> None:
         self.claim = Claim(self.recorder.lease)
@@ -192,15 +184,17 @@ class Exchange:
         stream = opened.response.stream
         if (self.measured and isinstance(stream, httpx.AsyncByteStream)
                 and opened.response.headers.get("content-type", "").startswith(SSE)):
-            opened.response.stream = self.meter = TokenMeter(stream)
-            self.tap = UsageTap(hidden=self.request.hide_usage)
+            opened.response.stream = self.meter = TokenMeter(stream, mark=self.request.usage.mark)
+            self.tap = self.request.usage.tap()
         return opened
 
     def read_body(self, content: bytes) -> None:
         """A whole answer's body, as the relay read it: its usage block counts the tokens."""
         if self.measured:
-            self.body_tokens = completion_tokens(content)
+            self.body_tokens = self.request.usage.body_tokens(content)
             self.body_drafting = Drafting.reported(content)
+            if self.request.usage.endpoint == "responses":
+                self.response_id = response_id(content)
 
     def headers(self) -> dict[str, str]:
         """The gateway's own response headers: they name the pool the claim ended on."""
@@ -224,8 +218,10 @@ class Exchange:
         duration = time.perf_counter() - self.started
         pool = self.claim.pool or self.chain[0].pool
         opened = outcome.opened
-        self.recorder.answered(pool, self.rule, outcome.status, duration, None if opened is None else opened.ttfb_s)
-        fields: dict[str, Any] = {"request_id": self.request_id, "pool": pool.name, "rule": self.rule,
+        api = self.request.usage.endpoint
+        self.recorder.answered(pool, self.rule, outcome.status, duration, None if opened is None else opened.ttfb_s,
+                               api)
+        fields: dict[str, Any] = {"request_id": self.request_id, "api": api, "pool": pool.name, "rule": self.rule,
                                   "status": outcome.status, "duration": round(duration, 6)}
         if self.claim.fallback is not None:
             fields["fallback"] = self.claim.fallback
@@ -240,6 +236,7 @@ class Exchange:
             if measurement is not None:
                 fields["tokens"] = measurement.tokens
                 self.recorder.measured(measurement)
+                self._remember_home(pool, lease.endpoint.url, fields)
         if outcome.error is not None:
             fields["error"] = outcome.error.code or outcome.error.error_type
         elif outcome.stalled:
@@ -265,13 +262,21 @@ class Exchange:
         elif error is not None:
             self.trace.set({"error.type": error.code or error.error_type})
 
+    def _remember_home(self, pool: Pool, endpoint: str, fields: dict[str, Any]) -> None:
+        """A completed Responses answer: where its follow-ups must go."""
+        found = self.response_id if self.tap is None else self.tap.response_id
+        if found is not None and self.recorder.homes is not None:
+            self.recorder.homes.remember(found, pool.name, endpoint)
+            fields["response_id"] = found
+
     def _measurement(self, pool: Pool, duration: float) -> Measurement | None:
         """What the answer tells of `pool`; None when it was not measured."""
         load = self.load.get(pool.name, 0)
         if self.meter is not None and self.meter.events:
             usage = None if self.tap is None else self.tap.tokens()
             tokens = self.meter.tokens() if usage is None else usage  # a pool that sent no usage: its events
-            return Measurement.of_stream(pool.name, self.traffic, load, self.meter, self.started, tokens)
+            return Measurement.of_stream(pool.name, self.traffic, load, self.meter, self.started, tokens,
+                                         steps_are_events=self.request.usage.endpoint in ("chat", "completions"))
         if self.body_tokens is None:
             return None
         return Measurement(pool.name, self.traffic, load, duration, self.body_tokens, streamed=False,

@@ -3,15 +3,13 @@
 `TokenMeter` wraps a streamed answer's byte stream and notes when its first
 and last server-sent events arrived. A speculative engine step sends several
 tokens in one event, so the events are not the tokens: the count comes from
-the usage block. When the client did not ask for one, the gateway asks the
-pool for it (`stream_options.include_usage`) and `UsageTap` takes the answer
-back to what the client would have had without it. `Measurement` is what one
-answered request tells of its pool.
+the usage block, which the request's `UsagePlan` (usage.py) asks for, reads
+and takes out again. `Measurement` is what one answered request tells of
+its pool.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -19,33 +17,18 @@ from dataclasses import dataclass
 import httpx
 
 from gateway.upstream.drafting import Drafting
-
-USAGE_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*([0-9]+)')
-DONE = b"data: [DONE]"
-FINISH = b'"finish_reason":"'  # a choice's last chunk: its finish_reason is a string, not null
-USAGE_ONLY = b'"choices":[],"usage":{'  # the chunk include_usage adds after the last choice
-USAGE_NULL = b',"usage":null'  # some servers mark every chunk so once usage is asked for
-FINGERPRINT = re.compile(rb',"system_fingerprint":"[^"]*"')
-EVENT_END = re.compile(rb"\r?\n\r?\n")
-
-
-def completion_tokens(data: bytes) -> int | None:
-    """The last `completion_tokens` count in `data` (a usage block follows the
-    choices), or None. A quote inside a JSON string is escaped, so the key
-    cannot be matched inside generated text."""
-    at = data.rfind(b'"completion_tokens"')
-    if at < 0:
-        return None
-    found = USAGE_TOKENS.match(data, at)
-    return int(found.group(1)) if found else None
+from gateway.upstream.usage import DONE, completion_tokens
 
 
 class TokenMeter(httpx.AsyncByteStream):
-    """Passes a response stream through, noting how many SSE data events went by
-    and when the first and last arrived. Per chunk: one count and one clock read."""
+    """Passes a response stream through, noting how many events of generated
+    output went by (`mark`: the plan's, `data:` for OpenAI's APIs) and when
+    the first and last arrived. Per chunk: one count and one clock read."""
 
-    def __init__(self, stream: httpx.AsyncByteStream, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, stream: httpx.AsyncByteStream, clock: Callable[[], float] = time.perf_counter,
+                 mark: bytes = b"data:") -> None:
         self.stream = stream
+        self.mark = mark
         self.clock = clock
         self.events = 0
         self.first = 0.0
@@ -54,7 +37,7 @@ class TokenMeter(httpx.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self.stream:
-            events = chunk.count(b"data:")
+            events = chunk.count(self.mark)
             if events:
                 now = self.clock()
                 if not self.events:
@@ -86,76 +69,6 @@ def per_token(decode_s: float, tokens: int) -> float | None:
     return decode_s / (tokens - 1)
 
 
-class UsageTap:
-    """Reads the output token count off whole SSE events as the relay passes
-    them on. `hidden`: the gateway asked for the usage chunk, so the client
-    must not see it: the usage-only chunk is dropped, `"usage":null` marks
-    are cut (looked for only when the first events had one), and the
-    `system_fingerprint` vLLM moves from a choice's last chunk to the usage
-    chunk goes back. For that, the events from the last chunk on wait for the
-    usage chunk (sent right after it) or for the end of the stream; every
-    other event passes at once and untouched. One choice only (n=1): the
-    gateway does not ask for usage otherwise. Per run of events: one search
-    when hidden, none when not (the usage the client asked for is read once,
-    from the last runs, at the end)."""
-
-    def __init__(self, hidden: bool) -> None:
-        self.hidden = hidden
-        self.held = b""
-        self.marks: bool | None = None  # whether the pool marks chunks "usage":null
-        self._tokens: int | None = None
-        self._before = self._last = b""  # the last two runs of events, when the client asked for usage
-
-    def feed(self, events: bytes) -> bytes:
-        """What goes to the client for `events`, a run of whole events."""
-        if not self.hidden:
-            if events:
-                self._before, self._last = self._last, events
-            return events
-        if self.marks is None:
-            self.marks = USAGE_NULL in events
-        if self.marks:
-            events = events.replace(USAGE_NULL, b"")
-        if self.held:
-            out, self.held = b"", self.held + events
-        else:
-            finish = events.find(FINISH)
-            if finish < 0:
-                return events
-            start = events.rfind(b"data:", 0, finish)
-            out, self.held = events[:start], events[start:]
-        return out + self._release()
-
-    def flush(self) -> bytes:
-        """Whatever is held: the stream ended or broke."""
-        held, self.held = self.held, b""
-        return held
-
-    def tokens(self) -> int | None:
-        """The usage chunk's output token count, or None when none went by."""
-        if self.hidden:
-            return self._tokens
-        found = completion_tokens(self._last)
-        return completion_tokens(self._before) if found is None else found
-
-    def _release(self) -> bytes:
-        held = self.held
-        usage = held.find(USAGE_ONLY)
-        if usage < 0:
-            return self.flush() if DONE in held else b""
-        start = held.rfind(b"data:", 0, usage)
-        end = EVENT_END.search(held, usage)
-        stop = len(held) if end is None else end.end()
-        chunk, last, rest = held[start:stop], held[:start], held[stop:]
-        self._tokens = completion_tokens(chunk)
-        fingerprint = FINGERPRINT.search(chunk)
-        if fingerprint is not None and last and b'"system_fingerprint"' not in last:
-            close = last.rfind(b"}")
-            last = last[:close] + fingerprint.group() + last[close:]
-        self.held = b""
-        return last + rest
-
-
 @dataclass(frozen=True, slots=True)
 class Measurement:
     """One answered request, as its pool served it. Times count from the
@@ -174,8 +87,12 @@ class Measurement:
 
     @classmethod
     def of_stream(cls, pool: str, traffic_class: str | None, load: int, meter: TokenMeter,
-                  started: float, tokens: int) -> Measurement:
+                  started: float, tokens: int, steps_are_events: bool = True) -> Measurement:
+        """`steps_are_events`: the API sends one data event per engine step (OpenAI's chunks do;
+        Anthropic's and Responses' framing adds events of their own, so there only a reported
+        acceptance counts)."""
         ttft, e2e = meter.first - started, meter.last - started
-        drafting = Drafting.reported(meter.tail) or Drafting.of_events(
-            tokens, meter.events, completion_tokens(meter.tail) is not None)
+        drafting = Drafting.reported(meter.tail)
+        if drafting is None and steps_are_events:
+            drafting = Drafting.of_events(tokens, meter.events, completion_tokens(meter.tail) is not None)
         return cls(pool, traffic_class, load, e2e, tokens, True, ttft, per_token(e2e - ttft, tokens), drafting)

@@ -2,9 +2,8 @@
 
 A speculative engine sends the tokens one step accepted in one event, so a
 stream arrives in bursts. For a pool whose policy turns `pacing` on, the
-gateway asks it for a running token count in every chunk
-(`stream_options.continuous_usage_stats`, read with the meter's
-`completion_tokens`), and `Pacer` splits a chunk of k > 1 tokens into k
+request's usage plan asks it for a running token count in every chunk
+(`stream_options.continuous_usage_stats`, usage.py), and `Pacer` splits a chunk of k > 1 tokens into k
 chunks of one piece each, spaced at the stream's own recent time per token
 (an EWMA of the gap between events over an EWMA of their tokens). The split text follows the logprobs' tokens when
 the chunk has them, else it is cut into k nearly equal pieces between
@@ -24,7 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 from gateway.decide.policy import PoolSpec
-from gateway.upstream.meter import EVENT_END, completion_tokens
+from gateway.upstream.usage import EVENT_END, completion_tokens
 
 ALPHA = 0.3  # weight of the newest run in the averages of gap and tokens
 EARLY_S = 0.0005  # a piece this close to its time goes now rather than after another timer
@@ -33,22 +32,6 @@ EARLY_S = 0.0005  # a piece this close to its time goes now rather than after an
 def paces(pool: PoolSpec, body: Mapping[str, Any] | None, stream: bool) -> bool:
     """Whether `pool`'s answer to this request is paced: a stream of one choice."""
     return stream and pool.pacing.enabled and body is not None and body.get("n", 1) in (1, None)
-
-
-def ask_token_counts(options: Any) -> dict[str, Any]:
-    """The request changes that make a pool send a running token count in each
-    chunk, on top of `options` (the stream_options about to be sent); none
-    for options the pool would refuse anyway."""
-    if options is not None and not isinstance(options, dict):
-        return {}
-    return {"stream_options": {**(options or {}), "include_usage": True, "continuous_usage_stats": True}}
-
-
-def client_counts(body: Mapping[str, Any] | None) -> bool:
-    """Whether the client asked for the running count itself (then its chunks keep it)."""
-    options = (body or {}).get("stream_options")
-    return isinstance(options, dict) and bool(options.get("include_usage")) \
-        and bool(options.get("continuous_usage_stats"))
 
 
 def split_text(text: str, parts: int) -> list[str]:
@@ -73,10 +56,13 @@ class Pacer:
         self.held: deque[tuple[float, bytes]] = deque()
 
     @classmethod
-    def serving(cls, pool: PoolSpec, body: Mapping[str, Any] | None, stream: bool) -> Pacer | None:
+    def serving(cls, pool: PoolSpec, body: Mapping[str, Any] | None, stream: bool,
+                keep_counts: bool = False) -> Pacer | None:
+        """The pacer of `pool`'s answer to this request, or None when it is not
+        paced; `keep_counts` is the usage plan's (the client asked for the counts)."""
         if not paces(pool, body, stream):
             return None
-        return cls(pool.pacing.max_delay_ms / 1000, keep_counts=client_counts(body))
+        return cls(pool.pacing.max_delay_ms / 1000, keep_counts=keep_counts)
 
     async def pace(self, runs: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
         """`runs` as they should go out: each yield is due now. Reads ahead in

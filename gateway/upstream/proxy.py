@@ -171,6 +171,7 @@ class Outbound:
     deadline: float | None = None  # event-loop time; bounds the whole exchange, body included
     method: str = "POST"
     key: PromptKey | None = None  # the prompt and session the pool's balancer reads
+    home: str | None = None  # the URL of the only endpoint that may serve it (it holds the request's state)
 
 
 @dataclass
@@ -314,11 +315,13 @@ class Forwarder:
         timeouts = {"connect": t.connect_s, "read": outbound.header_timeout_s, "write": t.connect_s,
                     "pool": t.first_byte_s}
         tried: list[Endpoint] = []
+        # a request pinned to its home endpoint is never retried elsewhere
+        elsewhere = [] if outbound.home is None else [e for e in pool.endpoints if e.url != outbound.home]
         started = time.perf_counter()
         while True:
             try:
-                lease = claim.take(pool, exclude=tried, degraded=degraded, admitted=ticket is not None or bool(tried),
-                                   key=outbound.key)
+                lease = claim.take(pool, exclude=[*tried, *elsewhere], degraded=degraded,
+                                   admitted=ticket is not None or bool(tried), key=outbound.key)
             finally:
                 if ticket is not None:
                     ticket.redeem()
@@ -332,24 +335,25 @@ class Forwarder:
                 await claim.give_back(ok=False)
                 timed_out = isinstance(exc, HEADER_TIMEOUTS)
                 self.on_error(pool, "timeout" if timed_out else "connect")
-                if timed_out or not self._may_retry(upstream, tried, degraded):
+                if timed_out or not self._may_retry(upstream, tried, degraded, elsewhere):
                     raise upstream_error(exc, BeforeHeaders(pool.name, outbound.header_timeout_s,
                                                             len(tried))) from None
                 continue
             claim.response = response
-            if response.status_code in RETRY_STATUSES and self._may_retry(upstream, tried, degraded):
+            if response.status_code in RETRY_STATUSES and self._may_retry(upstream, tried, degraded, elsewhere):
                 await claim.give_back(ok=response.status_code == 429)  # busy is not broken
                 self.on_error(pool, f"status_{response.status_code}")
                 continue
             return Opened(response, lease, time.perf_counter() - started)
 
-    def _may_retry(self, upstream: Upstream, tried: list[Endpoint], degraded: bool = False) -> bool:
+    def _may_retry(self, upstream: Upstream, tried: list[Endpoint], degraded: bool = False,
+                   elsewhere: Sequence[Endpoint] = ()) -> bool:
         """Another attempt needs attempts left, an endpoint not tried yet that is
         available (an ejected one waits for its back-off; in degraded mode any
         endpoint not full and not between trials will do), and budget."""
         pool = upstream.pool
         now = pool.clock()
-        usable = [e for e in pool.endpoints if e not in tried
+        usable = [e for e in pool.endpoints if e not in tried and e not in elsewhere
                   and (not e.full() and not e.resting(now) if degraded else e.available(now))]
         if len(tried) >= pool.spec.retry.attempts or not usable:
             return False

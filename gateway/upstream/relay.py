@@ -9,8 +9,8 @@ events are relayed chunk by chunk as they arrive; while the first chunk is
 awaited an SSE comment goes out every `keepalive_s` so idle-timeout proxies
 keep the connection. A pool whose policy paces its streams has its bursts
 split and spaced by a `Pacer` (pacing.py). An answer that breaks after its
-first byte ends with an error event, the way vLLM reports errors
-mid-stream. The exchange is finished at its end (its claim given back, its
+first byte ends with an error event, the way the request's API reports
+errors mid-stream (usage.py's `UsagePlan.stream_error`). The exchange is finished at its end (its claim given back, its
 numbers recorded), whatever happened.
 """
 
@@ -28,17 +28,16 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway.errors import GatewayError
 from gateway.upstream.exchange import SSE, Exchange, Outcome
 from gateway.upstream.failures import upstream_error
-from gateway.upstream.meter import DONE, UsageTap
 from gateway.upstream.pacing import Pacer
 from gateway.upstream.proxy import Opened, response_headers
 from gateway.upstream.upstream import Upstream
+from gateway.upstream.usage import UsagePlan, UsageTap
 
 # An ASGI extension the server may put in the scope: a callable that resets the
 # client connection at once (a graceful close waits for buffers a stalled client never drains).
 ABORT_EXTENSION = "specgate.abort"
 CLIENT_CLOSED = 499  # nginx's code for "the client went away first"
 KEEPALIVE_COMMENT = b": keepalive\n\n"
-LAST_EVENTS = (DONE + b"\n\n", DONE + b"\r\n\r\n")  # how an OpenAI stream ends
 
 
 @dataclass(frozen=True)
@@ -161,7 +160,7 @@ class Relay:
             opened = await self.exchange.open()
         except GatewayError as exc:
             outcome.status, outcome.error = exc.status_code, exc
-            await _send_envelope(send, exc, self.exchange.headers())
+            await _send_envelope(send, exc, self.exchange.headers(), self.exchange.request.usage)
             return
         outcome.status, outcome.opened = opened.response.status_code, opened
         if opened.response.headers.get("content-type", "").startswith(SSE):
@@ -176,7 +175,7 @@ class Relay:
         except httpx.HTTPError as exc:
             error = upstream_error(exc)
             outcome.status, outcome.error = error.status_code, error
-            await _send_envelope(send, error, self.exchange.headers())
+            await _send_envelope(send, error, self.exchange.headers(), self.exchange.request.usage)
             return
         self.exchange.read_body(content)
         headers = response_headers(response.headers, self.exchange.headers())
@@ -210,7 +209,7 @@ class Relay:
             # Only whole events went out, so the error event is one the client can parse.
             error = upstream_error(exc)
             outcome.status, outcome.error = error.status_code, error
-            payload = events.held() + b"data: " + json.dumps(error.body()).encode() + b"\n\n"
+            payload = events.held() + self.exchange.request.usage.stream_error(error)
             await send({"type": "http.response.body", "body": payload, "more_body": False})
             return
         await send({"type": "http.response.body", "body": events.rest(), "more_body": False})
@@ -219,13 +218,14 @@ class Relay:
     def _pacer(self) -> Pacer | None:
         """A pacer when the policy paces the pool that answered (docs/routing.md, "Even streams")."""
         pool, request = self.exchange.claim.pool, self.exchange.request
-        return None if pool is None else Pacer.serving(pool.spec, request.body, request.stream)
+        if pool is None or not request.usage.openai:  # only OpenAI's chunks are paced
+            return None
+        return Pacer.serving(pool.spec, request.body, request.stream, request.usage.keep_counts)
 
-    @staticmethod
-    async def _send_events(send: Send, body: bytes, outcome: Outcome) -> None:
+    async def _send_events(self, send: Send, body: bytes, outcome: Outcome) -> None:
         if body:
             await send({"type": "http.response.body", "body": body, "more_body": True})
-            outcome.delivered = body.endswith(LAST_EVENTS)
+            outcome.delivered = self.exchange.request.usage.ended(body)
 
     async def _first_chunk(self, chunks: AsyncIterator[bytes], send: Send) -> bytes:
         """Await the first chunk in this task while a timer sends keepalive comments."""
@@ -322,9 +322,10 @@ def _abort_client(scope: Scope) -> None:
         abort()
 
 
-async def _send_envelope(send: Send, error: GatewayError, headers: dict[str, str]) -> None:
-    payload = json.dumps(error.body()).encode()
+async def _send_envelope(send: Send, error: GatewayError, headers: dict[str, str], plan: UsagePlan) -> None:
+    status, body = error.answer(plan.endpoint)
+    payload = json.dumps(body).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     raw += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in {**headers, **error.headers}.items()]
-    await send({"type": "http.response.start", "status": error.status_code, "headers": raw})
+    await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": payload, "more_body": False})

@@ -26,12 +26,15 @@ def _load_pair(text: str) -> tuple[str, int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from gateway.decide.apis import ENDPOINTS
+
     parser.add_argument("--policy", type=Path, help="policy YAML (default: policies/default.yaml)")
     parser.add_argument("request", help="request body JSON file ('-' for stdin)")
     parser.add_argument("--load", type=_load_pair, action="append", default=[], metavar="POOL=N",
                         help="requests in flight on a pool (repeatable)")
-    parser.add_argument("--endpoint", choices=["chat", "completions"],
-                        help="API the body is for (default: chat when it has messages)")
+    parser.add_argument("--endpoint", choices=list(ENDPOINTS),
+                        help="API the body is for (default: from its shape: input -> responses, prompt -> "
+                             "completions, system or metadata.user_id -> messages, else chat)")
     parser.add_argument("--session", metavar="KEY",
                         help="the session key the request carries (the pool's session header)")
     parser.add_argument("--seed", type=int,
@@ -41,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import random
 
+    from gateway.decide.apis import explained_endpoint
     from gateway.decide.features import parse_json_body
     from gateway.decide.policy import PolicyError, load_policy
     from gateway.decide.prompt_key import PromptKey
@@ -62,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     raw = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
     try:
         body = parse_json_body(raw)
-        endpoint = args.endpoint or ("chat" if "messages" in body else "completions")
+        endpoint = explained_endpoint(args.endpoint, body)
         load = {name: 0 for name in policy.pools} | dict(args.load)
         flags = FlagStore(policy.speculative_pools).snapshot()
         rng = None if args.seed is None else random.Random(args.seed)

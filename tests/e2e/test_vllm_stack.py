@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -33,6 +35,10 @@ def e2e_policy(spec_port: int, std_port: int) -> dict:
     # a quick guard, so it has a window of data after a few requests
     policy["guard"].update(interval_s=1, window="30s")
     policy["guard"]["speculative"].update(min_draft_tokens=10, trip_after=1000)
+    agents = {"endpoint": {"in": ["messages", "responses"]}}  # chat keeps the default policy's rules
+    policy["rules"] = [{"name": "agents-hot", "when": {"all": [agents, {"temperature": {"gt": 1.0}}]},
+                        "route": "standard"},
+                       {"name": "agents", "when": agents, "route": "speculative"}, *policy["rules"]]
     return policy
 
 
@@ -140,3 +146,63 @@ def test_guard_reads_a_real_acceptance_rate(stack):
     assert 0.0 < rate < 1.0
     print(f"guard (scrape) acceptance rate: {rate:.3f}, mean accepted length "
           f"{state['pools']['speculative']['signals']['mean_accepted_length']}")
+
+
+@pytest.mark.parametrize(("temperature", "pool"), [(0, "speculative"), (1.5, "standard")])
+@pytest.mark.parametrize("stream", [False, True])
+def test_messages_go_through_the_decision_on_real_vllm(stack, temperature, pool, stream):
+    with anthropic.Anthropic(base_url=base_url(stack), api_key="unused", max_retries=0, timeout=120) as claude:
+        served, text, tokens = ask_messages(claude, temperature, stream)
+    assert served == pool and text.strip() and tokens > 0
+
+
+def ask_messages(claude: anthropic.Anthropic, temperature: float, stream: bool) -> tuple[str, str, int]:
+    """(pool, text, output tokens) of one Messages request through the gateway."""
+    options = {"model": "smollm2", "max_tokens": 48, "system": "Answer briefly.",
+               "messages": [{"role": "user", "content": "Why is the sky blue?"}],
+               "extra_body": {"temperature": temperature}}
+    if stream:
+        with claude.messages.with_streaming_response.create(stream=True, **options) as response:
+            served = response.headers["x-specgate-pool"]
+            events = list(response.parse())
+        assert events[0].type == "message_start" and events[-1].type == "message_stop"
+        text = "".join(e.delta.text for e in events if e.type == "content_block_delta")
+        tokens = [e.usage.output_tokens for e in events if e.type == "message_delta"][-1]
+    else:
+        raw = claude.messages.with_raw_response.create(**options)
+        served, message = raw.headers["x-specgate-pool"], raw.parse()
+        text, tokens = message.content[0].text, message.usage.output_tokens
+    return served, text, tokens
+
+
+@pytest.mark.parametrize(("temperature", "pool"), [(0, "speculative"), (1.5, "standard")])
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_go_through_the_decision_on_real_vllm(stack, temperature, pool, stream):
+    with client(stack) as openai_client:
+        served, text, usage = ask_responses(openai_client, temperature, stream)
+    assert served == pool and text.strip() and usage is not None and usage.output_tokens > 0
+
+
+def ask_responses(openai_client: openai.OpenAI, temperature: float, stream: bool) -> tuple[str, str, Any]:
+    """(pool, text, usage) of one Responses request through the gateway."""
+    options = {"model": "smollm2", "input": "Why is the sky blue?", "instructions": "Answer briefly.",
+               "temperature": temperature, "max_output_tokens": 48}
+    if stream:
+        with openai_client.responses.with_streaming_response.create(stream=True, **options) as response:
+            served = response.headers["x-specgate-pool"]
+            events = list(response.parse())
+        assert events[0].type == "response.created" and events[-1].type == "response.completed"
+        text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        usage = events[-1].response.usage
+    else:
+        raw = openai_client.responses.with_raw_response.create(**options)
+        served, answer = raw.headers["x-specgate-pool"], raw.parse()
+        text, usage = answer.output_text, answer.usage
+    return served, text, usage
+
+
+def test_bad_messages_are_answered_in_anthropics_envelope_on_real_vllm(stack):
+    answer = httpx.post(base_url(stack) + "/v1/messages", timeout=30,
+                        json={"model": "smollm2", "messages": [{"role": "user", "content": "hi"}]})
+    assert answer.status_code == 400 and answer.json()["type"] == "error"
+    assert answer.json()["error"]["type"] == "invalid_request_error"

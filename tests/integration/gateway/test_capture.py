@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -113,3 +114,20 @@ def test_a_zero_share_captures_nothing(start_gateway, spec_fake, std_fake, tmp_p
         client.chat.completions.create(model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
     assert metric(gw.url, "specgate_capture_sampled") == 0
     assert not directory.exists()
+
+
+def test_messages_and_responses_are_captured_as_chat_turns(start_gateway, spec_fake, std_fake, tmp_path):
+    directory = tmp_path / "capture"
+    gw = start_gateway(capture_policy(spec_fake.url, std_fake.url, directory))
+    with anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0) as claude:
+        claude.messages.create(model="m", max_tokens=40, system="You are terse.",
+                               messages=[{"role": "user", "content": [{"type": "text", "text": PROMPT}]}])
+    with openai.OpenAI(base_url=gw.base_url, api_key="k", max_retries=0) as client:
+        client.responses.create(model="m", instructions="You are terse.", input=PROMPT)
+    wait_for(lambda: metric(gw.url, "specgate_capture_written") >= 2, "two captured prompts")
+    text = "".join(path.read_text(encoding="utf-8") for path in sorted(directory.glob("capture-*.jsonl")))
+    records = {r["endpoint"]: r for r in map(json.loads, text.splitlines())}
+    assert set(records) == {"messages", "responses"}
+    for record in records.values():
+        assert [m["role"] for m in record["messages"]] == ["system", "user"]
+        assert "Summarise my account." in record["messages"][1]["content"] and "<EMAIL>" in text

@@ -65,7 +65,7 @@ def test_requests_go_to_the_faster_pool_and_move_when_it_slows(start_gateway, sp
             assert len(served) <= 25, f"still not moved after {served}"
 
     metrics = httpx.get(gateway.url + "/metrics").text
-    assert 'specgate_route_decisions_total{explored="false",pool="standard",rule="default"}' in metrics
+    assert 'specgate_route_decisions_total{api="chat",explored="false",pool="standard",rule="default"}' in metrics
     assert "specgate_predicted_e2e_seconds_bucket" in metrics
 
 

@@ -222,7 +222,7 @@ def test_a_client_that_leaves_after_done_had_the_whole_answer(start_gateway, std
         gw = start_gateway(policy_dict([backend.url], [std_fake.url]))
         stream = client(gw).chat.completions.create(model="m", messages=MESSAGES, stream=True, **GREEDY)
         assert "".join(c.choices[0].delta.content or "" for c in stream) == "hi"
-        counted = 'specgate_requests_total{code="%s",pool="speculative",rule="default"} 1.0'
+        counted = 'specgate_requests_total{api="chat",code="%s",pool="speculative",rule="default"} 1.0'
         wait_until(lambda: counted % 200 in httpx.get(gw.url + "/metrics").text, "the stream counted as 200", 5)
         assert counted % 499 not in httpx.get(gw.url + "/metrics").text
 
@@ -234,7 +234,7 @@ def test_a_backend_that_closes_after_the_deadline_still_gave_a_whole_answer(star
         gw, events_read = events_within_one_second(start_gateway, backend.url, std_fake.url)
     assert events_read[-1] == "data: [DONE]"
     assert json.loads(events_read[0].removeprefix("data: "))["choices"][0]["delta"]["content"] == "hi"
-    assert 'specgate_requests_total{code="200",pool="speculative",rule="default"} 1.0' \
+    assert 'specgate_requests_total{api="chat",code="200",pool="speculative",rule="default"} 1.0' \
         in httpx.get(gw.url + "/metrics").text
 
 
@@ -344,7 +344,7 @@ def test_health_readiness_and_metrics(gateway, spec_fake):
                  "specgate_time_to_first_byte_seconds_bucket", "specgate_in_flight",
                  "specgate_endpoint_healthy", "specgate_speculative_enabled", "specgate_overhead_seconds_bucket"):
         assert name in text, name
-    assert 'specgate_requests_total{code="200",pool="speculative",rule="default"} 1.0' in text
+    assert 'specgate_requests_total{api="chat",code="200",pool="speculative",rule="default"} 1.0' in text
     assert 'specgate_in_flight{pool="speculative"} 0.0' in text
 
 

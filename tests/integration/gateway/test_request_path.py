@@ -149,7 +149,7 @@ def test_a_killed_backend_falls_back_before_the_first_byte(start_gateway, spec_f
         assert std_fake.completion_requests()[-1].body["model"] == "upstream-std"
     assert_idle(gw)
     metrics = httpx.get(gw.url + "/metrics").text
-    assert 'specgate_requests_total{code="200",pool="standard",rule="default"} 2.0' in metrics
+    assert 'specgate_requests_total{api="chat",code="200",pool="standard",rule="default"} 2.0' in metrics
 
 
 def test_a_pool_answering_503_after_its_retries_falls_back(gateway, spec_fake, std_fake):
@@ -218,7 +218,7 @@ def test_a_client_that_stops_reading_is_cut_and_holds_nothing(start_gateway, spe
     finally:
         reader.close()
     metrics = httpx.get(gw.url + "/metrics").text
-    assert 'specgate_requests_total{code="499",pool="speculative",rule="default"} 1.0' in metrics
+    assert 'specgate_requests_total{api="chat",code="499",pool="speculative",rule="default"} 1.0' in metrics
 
 
 @pytest.mark.parametrize("field,value", [("n", 100_000), ("best_of", 17), ("max_tokens", 10**9),

@@ -9,7 +9,8 @@ import pytest
 from backends.serving.generation import Endpoint
 from backends.serving.protocol import SSE_DONE, ResponseBuilder, sse
 from gateway.upstream.drafting import Drafting
-from gateway.upstream.meter import Measurement, TokenMeter, UsageTap, completion_tokens
+from gateway.upstream.meter import Measurement, TokenMeter
+from gateway.upstream.usage import UsageTap, completion_tokens
 
 FINGERPRINT = "vllm-0.32.0-0123abcd"
 

@@ -43,7 +43,7 @@ def test_decisions_are_counted_and_a_change_of_preferred_pool_is_logged_once():
 
     def decide_and_count() -> str:
         decision = proxy.route(BODY, "chat", {}).decision
-        proxy._count(decision)
+        proxy._count(decision, "chat")
         return decision.pool
 
     with capture_logs() as logs:
@@ -56,7 +56,7 @@ def test_decisions_are_counted_and_a_change_of_preferred_pool_is_logged_once():
     changes = [entry for entry in logs if entry["event"] == "preferred_pool_changed"]
     assert [(c["before"], c["after"], c["traffic_class"]) for c in changes] == [("a", "b", "chat/greedy")]
     counted = sum(registry.get_sample_value("specgate_route_decisions_total",
-                                            {"pool": pool, "rule": "default", "explored": explored}) or 0
+                                            {"pool": pool, "rule": "default", "explored": explored, "api": "chat"}) or 0
                   for pool in "ab" for explored in ("true", "false"))
     assert counted == 20
     assert registry.get_sample_value("specgate_predicted_e2e_seconds_count", {"pool": "a"}) == first.count("a") \
