@@ -54,6 +54,7 @@ class TimeoutsSpec(Strict):
     connect_s: float = Field(default=5.0, gt=0)
     first_byte_s: float = Field(default=120.0, gt=0)
     total_s: float = Field(default=600.0, gt=0)
+    idle_s: float = Field(default=60.0, gt=0)  # a stream's silence between chunks, after the first
 
 
 class ConnectionsSpec(Strict):

@@ -157,7 +157,7 @@ class UsageTap:
 @dataclass(frozen=True, slots=True)
 class Measurement:
     """One answered request, as its pool served it. Times count from the
-    request's arrival at the gateway. A streamed answer gives its first token's
+    moment its body was complete (its dispatch). A streamed answer gives its first token's
     time and so a time per output token (the decode time over the tokens after
     the first); a whole body arrives at once and gives neither."""
     pool: str

@@ -39,6 +39,7 @@ from gateway.upstream.failures import HEADER_TIMEOUTS, BeforeHeaders, upstream_e
 from gateway.upstream.pools import Endpoint, Lease, Pool
 from gateway.upstream.queue import Evicted, Ticket, WaitQueue, wait
 from gateway.upstream.queue_metrics import QueueMetrics
+from gateway.upstream.transport import DeadlineReached
 from gateway.upstream.upstream import Upstream
 
 HOP_BY_HOP = frozenset({
@@ -123,7 +124,7 @@ class Claim:
         self.on_lease(pool, 1)
         return lease
 
-    async def give_back(self, ok: bool | None) -> None:
+    async def give_back(self, ok: bool | None, why: str = "failed") -> None:
         response, self.response = self.response, None
         lease, self.lease = self.lease, None
         try:
@@ -132,7 +133,7 @@ class Claim:
         finally:
             if lease is not None:
                 try:
-                    lease.release(ok)
+                    lease.release(ok, why)
                 finally:
                     self.on_lease(lease.pool, -1)
 
@@ -170,6 +171,7 @@ class Outbound:
     deadline: float | None = None  # event-loop time; bounds the whole exchange, body included
     method: str = "POST"
     key: PromptKey | None = None  # the prompt and session the pool's balancer reads
+    idle_s: float | None = None  # the silence allowed between a stream's chunks after the first
 
 
 @dataclass
@@ -221,7 +223,7 @@ class Forwarder:
             mine = ticket if ticket is not None and ticket.queue is pool.queue else None
             try:
                 if standing.shed_by(pool, full=False):
-                    raise AtCapacity(f"pool '{pool.name}' is busy")
+                    raise AtCapacity(f"pool '{pool.name}' is busy", reason="busy")
                 opened = await self.open(upstream, outbound(pool), claim, degraded=degraded, ticket=mine)
             except (NoHealthyBackend, UpstreamUnreachable) as exc:
                 if isinstance(exc, AtCapacity):
@@ -240,7 +242,7 @@ class Forwarder:
             status = opened.response.status_code
             if last or status not in FALLBACK_STATUSES:
                 return opened
-            await claim.give_back(ok=status == 429)  # busy is not broken
+            await claim.give_back(ok=status == 429, why=f"status_{status}")  # busy is not broken
             self.on_error(pool, f"status_{status}")
             claim.fallback = claim.fallback or f"status_{status}"
         raise NoHealthyBackend("no pool to send the request to")
@@ -310,7 +312,7 @@ class Forwarder:
         # The transport applies "read" to the wait for headers and to every later read:
         # no separate timer per request on the hot path.
         timeouts = {"connect": t.connect_s, "read": outbound.header_timeout_s, "write": t.connect_s,
-                    "pool": t.first_byte_s}
+                    "pool": t.first_byte_s, "idle": outbound.idle_s or outbound.header_timeout_s}
         tried: list[Endpoint] = []
         started = time.perf_counter()
         while True:
@@ -327,16 +329,19 @@ class Forwarder:
             try:
                 response = await upstream.transport.handle_async_request(request)
             except httpx.TransportError as exc:
-                await claim.give_back(ok=False)
                 timed_out = isinstance(exc, HEADER_TIMEOUTS)
-                self.on_error(pool, "timeout" if timed_out else "connect")
+                kind = "deadline" if isinstance(exc, DeadlineReached) else "timeout" if timed_out else "connect"
+                # the request's own deadline says nothing of the endpoint
+                await claim.give_back(ok=None if kind == "deadline" else False, why=kind)
+                self.on_error(pool, kind)
                 if timed_out or not self._may_retry(upstream, tried, degraded):
                     raise upstream_error(exc, BeforeHeaders(pool.name, outbound.header_timeout_s,
                                                             len(tried))) from None
                 continue
             claim.response = response
             if response.status_code in RETRY_STATUSES and self._may_retry(upstream, tried, degraded):
-                await claim.give_back(ok=response.status_code == 429)  # busy is not broken
+                await claim.give_back(ok=response.status_code == 429,  # busy is not broken
+                                      why=f"status_{response.status_code}")
                 self.on_error(pool, f"status_{response.status_code}")
                 continue
             return Opened(response, lease, time.perf_counter() - started)
@@ -369,7 +374,8 @@ def _request(outbound: Outbound, endpoint: Endpoint, timeouts: dict[str, float])
 
 
 def _why(exc: NoHealthyBackend | UpstreamUnreachable) -> str:
-    return "unreachable" if isinstance(exc, UpstreamUnreachable) else "no_capacity"
+    """The fallback's cause: unreachable, or the pool's own (ejected, unhealthy, full, busy)."""
+    return "unreachable" if isinstance(exc, UpstreamUnreachable) else exc.reason
 
 
 def _shed(routed: Pool, priority: int) -> Shed:
