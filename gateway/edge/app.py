@@ -203,7 +203,7 @@ class GatewayParts:
                  asyncio.create_task(self.capture.run())]
         if self.flag_file is not None:
             tasks.append(asyncio.create_task(self.flag_file.watch(interval)))
-        with _signal(signal.SIGHUP, self.reloader.reload_quietly):
+        with _signal(signal.SIGHUP, self.reloader.reload_soon):
             try:
                 yield
             finally:
