@@ -19,6 +19,7 @@ import json
 import random
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -35,15 +36,20 @@ PRUNE_EVERY_S = 600.0  # with no prompt for this long, files past retention are 
 
 
 class Capture:
-    def __init__(self, spec: CaptureSpec, metrics: GatewayMetrics, rng: random.Random | None = None) -> None:
+    """`base`: where a relative `directory` is, the policy file's folder (never
+    the process's working directory)."""
+
+    def __init__(self, spec: CaptureSpec, metrics: GatewayMetrics, rng: random.Random | None = None,
+                 base: Path | None = None) -> None:
         self.metrics = metrics
+        self.base = base or Path.cwd()
         self.rng = rng or random.Random()
         self.log = structlog.get_logger("specgate.capture")
         self.scrubber: Scrubber | None = None
         self.spec = spec
         self.queue: asyncio.Queue[Offered] = asyncio.Queue(maxsize=spec.queue)
         self.queued_bytes = 0  # the text waiting in the queue
-        self.files = _files(spec)
+        self.files = _files(spec, self.base)
 
     def apply(self, spec: CaptureSpec) -> None:
         """A reloaded policy's section: new limits apply to the next write; the
@@ -52,7 +58,7 @@ class Capture:
             return
         if (spec.directory, spec.max_file_bytes, spec.max_files, spec.retention_days) != (
                 self.spec.directory, self.spec.max_file_bytes, self.spec.max_files, self.spec.retention_days):
-            self.files = _files(spec)
+            self.files = _files(spec, self.base)
         self.spec = spec
 
     def offer(self, endpoint: str, body: Mapping[str, Any], traffic_class: str | None) -> None:
@@ -177,7 +183,7 @@ def _size(prompt: Any, limit: int) -> int:
     return total
 
 
-def _files(spec: CaptureSpec) -> CaptureFiles | None:
+def _files(spec: CaptureSpec, base: Path) -> CaptureFiles | None:
     if spec.directory is None:
         return None
-    return CaptureFiles(spec.directory, spec.max_file_bytes, spec.max_files, spec.retention_days)
+    return CaptureFiles(base / spec.directory, spec.max_file_bytes, spec.max_files, spec.retention_days)

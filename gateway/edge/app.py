@@ -12,6 +12,7 @@ import contextlib
 import functools
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from pathlib import Path
 
 import httpx
 import structlog
@@ -73,7 +74,7 @@ class GatewayParts:
         self.overrides = SharedOverrides(self.state, self.flags) if self.state is not None else None
         self.class_latency = ClassLatency()
         self.latency = latency_model(policy)
-        self.capture = Capture(policy.spec.capture, self.metrics)
+        self.capture = Capture(policy.spec.capture, self.metrics, base=Path(policy.source).resolve().parent)
         self.fleet, self.learning = self._shared_routing()
         self.proxy = ProxyEndpoints(settings, self.runtime, self.flags, self.metrics,
                                     ClientKeys.load(settings.api_keys, settings.api_keys_file),
