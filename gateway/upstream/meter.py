@@ -20,8 +20,11 @@ import httpx
 
 USAGE_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*([0-9]+)')
 DONE = b"data: [DONE]"
-FINISH = b'"finish_reason":"'  # a choice's last chunk: its finish_reason is a string, not null
-USAGE_ONLY = b'"choices":[],"usage":{'  # the chunk include_usage adds after the last choice
+ANY_DONE = re.compile(rb"data:[ \t]*\[DONE\]")  # as any backend writes it, with or without the space
+# Matched with any whitespace a backend puts around JSON separators, in any key order:
+FINISH = re.compile(rb'"finish_reason"\s*:\s*"')  # a choice's last chunk: its finish_reason is a string
+USAGE = re.compile(rb'"usage"\s*:\s*\{')  # a usage block (not a "usage":null mark)
+NO_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')  # with it: the chunk include_usage adds at the end
 USAGE_NULL = b',"usage":null'  # some servers mark every chunk so once usage is asked for
 FINGERPRINT = re.compile(rb',"system_fingerprint":"[^"]*"')
 EVENT_END = re.compile(rb"\r?\n\r?\n")
@@ -70,7 +73,7 @@ class TokenMeter(httpx.AsyncByteStream):
         found = completion_tokens(self.tail)
         if found is not None:
             return found
-        return self.events - self.tail.count(DONE)
+        return self.events - len(ANY_DONE.findall(self.tail))
 
     def time_per_token(self) -> float | None:
         """Seconds per output token after the first, or None for too short a stream."""
@@ -117,10 +120,10 @@ class UsageTap:
         if self.held:
             out, self.held = b"", self.held + events
         else:
-            finish = events.find(FINISH)
-            if finish < 0:
+            finish = FINISH.search(events)
+            if finish is None:
                 return events
-            start = events.rfind(b"data:", 0, finish)
+            start = events.rfind(b"data:", 0, finish.start())
             out, self.held = events[:start], events[start:]
         return out + self._release()
 
@@ -138,12 +141,10 @@ class UsageTap:
 
     def _release(self) -> bytes:
         held = self.held
-        usage = held.find(USAGE_ONLY)
-        if usage < 0:
-            return self.flush() if DONE in held else b""
-        start = held.rfind(b"data:", 0, usage)
-        end = EVENT_END.search(held, usage)
-        stop = len(held) if end is None else end.end()
+        found = _usage_only(held)
+        if found is None:
+            return self.flush() if ANY_DONE.search(held) else b""
+        start, stop = found
         chunk, last, rest = held[start:stop], held[:start], held[stop:]
         self._tokens = completion_tokens(chunk)
         fingerprint = FINGERPRINT.search(chunk)
@@ -152,6 +153,18 @@ class UsageTap:
             last = last[:close] + fingerprint.group() + last[close:]
         self.held = b""
         return last + rest
+
+
+def _usage_only(events: bytes) -> tuple[int, int] | None:
+    """Where the usage-only chunk (a usage block, no choices) is in `events`;
+    chunks that carry a usage block beside their choices are passed over."""
+    for usage in USAGE.finditer(events):
+        start = events.rfind(b"data:", 0, usage.start())
+        end = EVENT_END.search(events, usage.start())
+        stop = len(events) if end is None else end.end()
+        if NO_CHOICES.search(events, start, stop) is not None:
+            return start, stop
+    return None
 
 
 @dataclass(frozen=True, slots=True)

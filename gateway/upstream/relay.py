@@ -38,7 +38,8 @@ from gateway.upstream.upstream import Upstream
 ABORT_EXTENSION = "specgate.abort"
 CLIENT_CLOSED = 499  # nginx's code for "the client went away first"
 KEEPALIVE_COMMENT = b": keepalive\n\n"
-LAST_EVENTS = (DONE + b"\n\n", DONE + b"\r\n\r\n")  # how an OpenAI stream ends
+# how an OpenAI stream ends, with or without the space after "data:"
+LAST_EVENTS = (DONE + b"\n\n", DONE + b"\r\n\r\n", b"data:[DONE]\n\n", b"data:[DONE]\r\n\r\n")
 
 
 @dataclass(frozen=True)
