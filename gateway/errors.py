@@ -16,6 +16,7 @@
     └── UpstreamError                 the backend failed before the first byte
         ├── UpstreamUnreachable   502 connect errors or bad statuses after retries
         └── UpstreamTimeout       504 no first byte within the pool's timeout
+            └── DeadlineExceeded  504 the request's own total_s ran out (not the backend's fault)
 
 On `/v1/messages` the same errors are answered in Anthropic's envelope,
 `{"type": "error", "error": {"type", "message"}}`, with Anthropic's types:
@@ -137,18 +138,23 @@ class Shed(GatewayError):
 
 
 class NoHealthyBackend(GatewayError):
+    """`reason` names why the pool could not take the request (the fallback
+    header says it): ejected, unhealthy, full, busy, or unavailable."""
     status_code = 503
     error_type = "service_unavailable"
     code = "no_healthy_backend"
+    default_reason = "unavailable"
 
-    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
+    def __init__(self, message: str, *, retry_after_s: int = 1, reason: str | None = None) -> None:
         super().__init__(message, headers={"retry-after": str(retry_after_s)})
+        self.reason = reason or self.default_reason
 
 
 class AtCapacity(NoHealthyBackend):
     """The pools are healthy but full: raised by a full pool (the request may
     wait for a slot), and answered when the wait is refused or runs out."""
     code = "at_capacity"
+    default_reason = "full"
 
 
 class UpstreamError(GatewayError):
@@ -163,6 +169,12 @@ class UpstreamUnreachable(UpstreamError):
 class UpstreamTimeout(UpstreamError):
     status_code = 504
     code = "upstream_timeout"
+
+
+class DeadlineExceeded(UpstreamTimeout):
+    """The request's own total time ran out while the backend was working:
+    the request's outcome, never counted against the endpoint."""
+    code = "deadline_exceeded"
 
 
 def error_body(message: str, error_type: str, param: str | None = None,

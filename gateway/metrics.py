@@ -102,7 +102,8 @@ class GatewayMetrics:
         self.capture_written = Counter("specgate_capture_written", "Captured prompts written, scrubbed",
                                        registry=r)
         self.capture_dropped = Counter("specgate_capture_dropped",
-                                       "Prompts not captured: queue_full, error, no_text", ["reason"], registry=r)
+                                       "Prompts not captured: queue_full, too_large, error, no_text", ["reason"],
+                                       registry=r)
         self.capture_redactions = Counter("specgate_capture_redactions",
                                           "PII and secrets replaced in captured prompts, by kind", ["kind"],
                                           registry=r)

@@ -41,7 +41,8 @@ class Settings(BaseSettings):
 
     max_body_bytes: int = 8 * 1024 * 1024
     body_timeout_s: float = 30.0  # the whole request body must arrive within this
-    max_header_bytes: int = 32 * 1024  # request line aside; uvicorn's httptools has no limit
+    max_header_bytes: int = 32 * 1024  # request line and headers, counted as they arrive (431 past it)
+    max_headers: int = 100  # header lines; more get 431
     header_timeout_s: float = 10.0  # a request's line and headers must arrive within this
     keepalive_s: float = 10.0
     write_timeout_s: float = 30.0  # one write to a client that stopped reading; at most the pool's total_s

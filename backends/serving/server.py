@@ -27,7 +27,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def uvicorn_config(
-    app: Any, host: str, port: int, log_level: str = "warning", lifespan: str = "off"
+    app: Any, host: str, port: int, log_level: str = "warning", lifespan: str = "off", http: Any = "auto"
 ) -> uvicorn.Config:
     return uvicorn.Config(
         app,
@@ -36,6 +36,7 @@ def uvicorn_config(
         log_level=log_level,
         lifespan=lifespan,
         timeout_graceful_shutdown=2,
+        http=http,
     )
 
 
@@ -43,14 +44,17 @@ class BackgroundServer:
     """`app` served on `host:port` from a daemon thread.
 
     Usable as a context manager; `url` is `http://host:port`. `lifespan="on"`
-    runs the app's startup and shutdown handlers.
+    runs the app's startup and shutdown handlers; `http` is uvicorn's HTTP
+    protocol (a name or a protocol class).
     """
 
     def __init__(
-        self, app: Any, *, host: str = "127.0.0.1", port: int = 0, lifespan: str = "off"
+        self, app: Any, *, host: str = "127.0.0.1", port: int = 0, lifespan: str = "off",
+        http: Any = "auto",
     ) -> None:
         self.app = app
         self.lifespan = lifespan
+        self.http = http
         self.host = host
         self.port = port
         self._server: uvicorn.Server | None = None
@@ -71,7 +75,7 @@ class BackgroundServer:
             return self
         sock = bind_socket(self.host, self.port)
         self.port = sock.getsockname()[1]
-        config = uvicorn_config(self.app, self.host, self.port, lifespan=self.lifespan)
+        config = uvicorn_config(self.app, self.host, self.port, lifespan=self.lifespan, http=self.http)
         server = uvicorn.Server(config)
         ready = threading.Event()
 

@@ -11,6 +11,11 @@ Each kind is found by a kept library, never by a hand-written pattern:
   own Shannon entropy rates above its base64 or hex limit (high-entropy
   secrets such as bearer tokens).
 
+What those libraries miss has a pattern of its own here (`PATTERNS`): the
+value of an unquoted `NAME=value` or shell `export NAME=value` whose name
+says it is secret, key formats by their prefix (`sk-`, `ghp_`, `xox?-`,
+`AKIA`, JWTs), and national ID numbers (US SSN, UK NINO, Brazil CPF).
+
 Building a `Scrubber` imports presidio (and through it spaCy's code, not a
 model): seconds, so the capture stage builds it in a thread off the loop.
 """
@@ -25,7 +30,21 @@ from typing import Any
 
 # One placeholder per kind; a find is replaced by the placeholder of its kind.
 PLACEHOLDERS = {"EMAIL_ADDRESS": "<EMAIL>", "CREDIT_CARD": "<CARD>", "IBAN_CODE": "<IBAN>",
-                "IP_ADDRESS": "<IP>", "PHONE": "<PHONE>", "SECRET": "<SECRET>"}
+                "IP_ADDRESS": "<IP>", "PHONE": "<PHONE>", "SECRET": "<SECRET>", "NATIONAL_ID": "<ID>"}
+SECRET_NAME = r"[A-Za-z_][A-Za-z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PWD|CREDENTIALS?|AUTH)[A-Za-z0-9_]*"
+# (kind, pattern): the find is group "v" when the pattern has one, else the whole match
+PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("SECRET", re.compile(rf"(?i)(?:\bexport\s+)?\b{SECRET_NAME}\s*[=:]\s*(?P<v>[^\s'\"]{{4,}})")),
+    ("SECRET", re.compile(r"\b(?:sk|pk|rk)-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_\-]{16,}")),  # OpenAI, Anthropic, Stripe
+    ("SECRET", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}\b")),  # GitHub
+    ("SECRET", re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}")),  # Slack
+    ("SECRET", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),  # AWS access key ids
+    ("SECRET", re.compile(r"\beyJ[A-Za-z0-9_\-]+\.eyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+")),  # JWT
+    ("NATIONAL_ID", re.compile(r"\b(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}\b")),  # US SSN
+    ("NATIONAL_ID", re.compile(r"\b(?!BG|GB|NK|KN|TN|NT|ZZ)[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z]"
+                              r" ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b")),  # UK National Insurance number
+    ("NATIONAL_ID", re.compile(r"\b\d{3}\.\d{3}\.\d{3}-\d{2}\b")),  # Brazil CPF
+]
 # Candidate words for the entropy test: long runs of base64/url-safe/hex characters.
 WORD = re.compile(r"[A-Za-z0-9+/=_\-]{20,}")
 HEX = frozenset(string.hexdigits)
@@ -86,6 +105,10 @@ class Scrubber:
         for recognizer in self.recognizers:
             for result in recognizer.analyze(text, recognizer.supported_entities, None):
                 yield Find(result.start, result.end, result.entity_type)
+        for kind, pattern in PATTERNS:
+            for m in pattern.finditer(text):
+                group = "v" if "v" in pattern.groupindex else 0
+                yield Find(m.start(group), m.end(group), kind)
         for pattern in self.patterns:
             yield from (Find(m.start(), m.end(), "SECRET") for m in pattern.finditer(text) if m.end() > m.start())
         leniency = self._phonenumbers.Leniency.VALID

@@ -1,11 +1,15 @@
 """The capture stage: the edge offers a request, a background task scrubs and writes it.
 
-`offer` is all the request path pays: a share draw and a non-blocking put on
-a bounded queue; when the queue is full the prompt is dropped and counted.
-The task takes what is queued, scrubs it (see `scrub.Scrubber`) and appends
-it (see `files.CaptureFiles`) in a worker thread. A record keeps the prompt
-messages (role and text), the traffic class, the endpoint and the time:
-never the answer, headers or keys. Logs carry counts, never prompt text.
+`offer` is all the request path pays: a share draw, the prompt's length (a
+walk over its strings, no copy) and a non-blocking put on a queue bounded in
+prompts and in bytes; a prompt over `max_prompt_bytes` is skipped
+(`too_large`), and one the queue has no room for is dropped (`queue_full`),
+both counted. The task takes what is queued, scrubs it (see
+`scrub.Scrubber`) and appends it (see `files.CaptureFiles`) in a worker
+thread, never on the event loop. A record keeps the prompt messages (role,
+one of the known roles, and text, scrubbed), the traffic class, the endpoint
+and the time: never names, tool arguments, the answer, headers or keys.
+Logs carry counts, never prompt text.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import json
 import random
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -25,20 +30,27 @@ from gateway.decide import apis
 from gateway.decide.capture_spec import CaptureSpec
 from gateway.metrics import GatewayMetrics
 
-Offered = tuple[float, str, str | None, Any]  # time, endpoint, traffic class, messages or prompt
+Offered = tuple[float, str, str | None, Any, int]  # time, endpoint, traffic class, messages or prompt, size
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 BATCH = 64  # the most records one worker-thread call scrubs and writes
 PRUNE_EVERY_S = 600.0  # with no prompt for this long, files past retention are deleted anyway
 
 
 class Capture:
-    def __init__(self, spec: CaptureSpec, metrics: GatewayMetrics, rng: random.Random | None = None) -> None:
+    """`base`: where a relative `directory` is, the policy file's folder (never
+    the process's working directory)."""
+
+    def __init__(self, spec: CaptureSpec, metrics: GatewayMetrics, rng: random.Random | None = None,
+                 base: Path | None = None) -> None:
         self.metrics = metrics
+        self.base = base or Path.cwd()
         self.rng = rng or random.Random()
         self.log = structlog.get_logger("specgate.capture")
         self.scrubber: Scrubber | None = None
         self.spec = spec
         self.queue: asyncio.Queue[Offered] = asyncio.Queue(maxsize=spec.queue)
-        self.files = _files(spec)
+        self.queued_bytes = 0  # the text waiting in the queue
+        self.files = _files(spec, self.base)
 
     def apply(self, spec: CaptureSpec) -> None:
         """A reloaded policy's section: new limits apply to the next write; the
@@ -47,7 +59,7 @@ class Capture:
             return
         if (spec.directory, spec.max_file_bytes, spec.max_files, spec.retention_days) != (
                 self.spec.directory, self.spec.max_file_bytes, self.spec.max_files, self.spec.retention_days):
-            self.files = _files(spec)
+            self.files = _files(spec, self.base)
         self.spec = spec
 
     def offer(self, endpoint: str, body: Mapping[str, Any], traffic_class: str | None) -> None:
@@ -59,11 +71,19 @@ class Capture:
             prompt = body.get("messages") if endpoint == "chat" else body.get("prompt")
         else:  # Messages and Responses are kept as the chat turns they read as
             prompt = apis.conversation(endpoint, body)
+        size = _size(prompt, spec.max_prompt_bytes)
+        if size > spec.max_prompt_bytes:
+            self.metrics.capture_dropped.labels("too_large").inc()
+            return
+        if self.queued_bytes + size > spec.queue_bytes:
+            self.metrics.capture_dropped.labels("queue_full").inc()
+            return
         try:
-            self.queue.put_nowait((time.time(), endpoint, traffic_class, prompt))
+            self.queue.put_nowait((time.time(), endpoint, traffic_class, prompt, size))
         except asyncio.QueueFull:
             self.metrics.capture_dropped.labels("queue_full").inc()
             return
+        self.queued_bytes += size
         self.metrics.capture_sampled.inc()
 
     async def run(self) -> None:
@@ -84,6 +104,7 @@ class Capture:
                 continue
             while len(batch) < BATCH and not self.queue.empty():
                 batch.append(self.queue.get_nowait())
+            self.queued_bytes -= sum(offered[4] for offered in batch)
             files, spec = self.files, self.spec
             if files is None:
                 continue
@@ -114,7 +135,7 @@ class Capture:
         scrubber = self._scrubber(region)
         lines: list[str] = []
         counts: dict[str, int] = {}
-        for at, endpoint, traffic_class, prompt in batch:
+        for at, endpoint, traffic_class, prompt, _ in batch:
             messages = _messages(prompt)
             if not messages:
                 continue
@@ -145,11 +166,28 @@ def _messages(prompt: Any) -> list[dict[str, str]]:
             content = "\n".join(part["text"] for part in content
                                 if isinstance(part, Mapping) and isinstance(part.get("text"), str))
         if isinstance(content, str) and content:
-            out.append({"role": message["role"], "content": content})
+            role = message["role"] if message["role"] in ROLES else "other"  # a free string is not kept
+            out.append({"role": role, "content": content})
     return out
 
 
-def _files(spec: CaptureSpec) -> CaptureFiles | None:
+def _size(prompt: Any, limit: int) -> int:
+    """The prompt's text length, counted until it passes `limit` (then any larger number does)."""
+    if isinstance(prompt, str):
+        return len(prompt)
+    total = 0
+    for message in prompt if isinstance(prompt, list) else ():
+        content = message.get("content") if isinstance(message, Mapping) else None
+        parts = content if isinstance(content, list) else [content]
+        for part in parts:
+            text = part.get("text") if isinstance(part, Mapping) else part
+            total += len(text) if isinstance(text, str) else 0
+        if total > limit:
+            break
+    return total
+
+
+def _files(spec: CaptureSpec, base: Path) -> CaptureFiles | None:
     if spec.directory is None:
         return None
-    return CaptureFiles(spec.directory, spec.max_file_bytes, spec.max_files, spec.retention_days)
+    return CaptureFiles(base / spec.directory, spec.max_file_bytes, spec.max_files, spec.retention_days)

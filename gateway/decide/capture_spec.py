@@ -21,6 +21,8 @@ class CaptureSpec(BaseModel):
     max_files: int = Field(default=20, ge=1)  # the oldest files go past this count
     retention_days: float = Field(default=14, gt=0)  # files older than this are deleted
     queue: int = Field(default=1000, ge=1)  # prompts waiting to be scrubbed; more are dropped
+    queue_bytes: int = Field(default=32 * 2**20, ge=1024)  # their text in all; more are dropped
+    max_prompt_bytes: int = Field(default=256 * 2**10, ge=1024)  # a longer prompt is skipped, counted
     phone_region: str = Field(default="US", pattern=r"^[A-Z]{2}$")  # numbers without a country code
 
     @model_validator(mode="after")

@@ -12,7 +12,6 @@ import os
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -24,7 +23,7 @@ from gateway.decide.conditions import ConditionError, Predicate, compile_conditi
 from gateway.decide.features import Defaults
 from gateway.decide.pacing_spec import PacingSpec
 from gateway.decide.priority_spec import HIGHEST, LOWEST, PrioritySpec
-from gateway.decide.yaml_lines import YamlError, load_with_lines
+from gateway.decide.yaml_lines import YamlError, load_with_lines, read_text
 from gateway.policy.guard import GuardSpec
 from gateway.policy.kinds import KINDS, PoolKind, Schedule, check_schedule, schedule_of
 from gateway.policy.priors import PriorsSpec, SloSpec
@@ -57,6 +56,7 @@ class TimeoutsSpec(Strict):
     connect_s: float = Field(default=5.0, gt=0)
     first_byte_s: float = Field(default=120.0, gt=0)
     total_s: float = Field(default=600.0, gt=0)
+    idle_s: float = Field(default=60.0, gt=0)  # a stream's silence between chunks, after the first
 
 
 class ConnectionsSpec(Strict):
@@ -254,8 +254,8 @@ class Policy:
 def load_policy(path: str | os.PathLike[str]) -> Policy:
     path = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_text(path)  # bounded: a huge file is refused without being read whole
+    except (OSError, ValueError) as exc:  # YamlError and UnicodeDecodeError are ValueErrors
         raise PolicyError(path, [(1, f"cannot read policy: {exc}")]) from None
     return parse_policy(text, path)
 

@@ -113,7 +113,7 @@ class AdminAPI:
 
     async def reload(self, request: Request) -> Response:
         try:
-            policy = self.reloader.reload()
+            policy = await self.reloader.reload()
         except PolicyError as exc:
             raise InvalidRequest(f"policy rejected, the previous one keeps serving: {exc}",
                                  code="policy_invalid") from None

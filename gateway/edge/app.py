@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from pathlib import Path
 
 import httpx
 import structlog
@@ -77,7 +78,7 @@ class GatewayParts:
         self.overrides = SharedOverrides(self.state, self.flags) if self.state is not None else None
         self.class_latency = ClassLatency()
         self.latency = cold_model(policy)
-        self.capture = Capture(policy.spec.capture, self.metrics)
+        self.capture = Capture(policy.spec.capture, self.metrics, base=Path(policy.source).resolve().parent)
         self.proxy = ProxyEndpoints(settings, self.runtime, self.flags, self.metrics,
                                     ClientKeys.load(settings.api_keys, settings.api_keys_file),
                                     class_latency=self.class_latency, latency=self.latency,
@@ -221,7 +222,7 @@ class GatewayParts:
                  asyncio.create_task(self.capture.run())]
         if self.flag_file is not None:
             tasks.append(asyncio.create_task(self.flag_file.watch(interval)))
-        with _signal(signal.SIGHUP, self.reloader.reload_quietly):
+        with _signal(signal.SIGHUP, self.reloader.reload_soon):
             try:
                 yield
             finally:

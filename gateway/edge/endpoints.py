@@ -124,13 +124,16 @@ class ProxyEndpoints:
         return await self._generate(request, "responses")
 
     async def _generate(self, request: Request, endpoint: str) -> ASGIApp:
-        started = time.perf_counter()
         grant = self._grant(request)
         raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout_s)
         body = parse_json_body(raw)
         routed = self.route(body, endpoint, request.headers)
         priority = request_priority(request.headers, grant, self.runtime.policy, routed.decision.rule)
         routed = await self._admitted(routed, body, endpoint, request.headers, priority)
+        # Every latency of the exchange (TTFT, duration, what the latency model learns) runs from
+        # here, the body complete and admitted: a slow upload is the client's own time, bounded by
+        # body_timeout_s, and a hold at the gateway is not the pool's.
+        started = time.perf_counter()
         decision, features = routed.decision, routed.features
         span = trace_decision(request, endpoint, body, routed)
         check_limits(body, Limits(n=self.settings.max_n, max_tokens=self._max_tokens(decision.pool)))
@@ -191,10 +194,10 @@ class ProxyEndpoints:
 
     async def passthrough(self, request: Request) -> ASGIApp:
         """Any other /v1/* path goes to the policy's default pool as it is."""
-        started = time.perf_counter()
         grant = self._grant(request)
         target = self._target(request)
         raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout_s)
+        started = time.perf_counter()  # the body complete: as in _generate
         chain, degraded = self._chain(self.runtime.policy.default_pool, grant)
         _check_sendable(target, chain)
         priority = request_priority(request.headers, grant, self.runtime.policy, None)

@@ -1,4 +1,4 @@
-"""uvicorn's httptools protocol with a deadline for request headers.
+"""uvicorn's httptools protocol with a deadline and size limits for request headers.
 
 uvicorn arms no timer before a request's headers are complete: a client that
 connects and sends nothing, or sends half a request line and stalls, holds
@@ -12,6 +12,14 @@ A request uvicorn cannot parse (a bad method or header name, two
 Content-Length headers, Content-Length beside Transfer-Encoding, a URL too
 long for the parser) gets the OpenAI error envelope like every other bad
 request, instead of uvicorn's plain-text 400.
+
+Request heads are bounded while they are parsed: past `max_header_bytes`
+(request line and headers, as on the wire) or `max_headers` header lines the
+request is answered 431 at once, before the head is complete: httptools
+would otherwise gather a header value of any size before handing it over.
+After such an answer the connection reads and drops what the client still
+sends (so the answer is not lost to a reset) until the client closes or the
+header deadline closes it.
 
 Every request's scope carries an ASGI extension (`relay.ABORT_EXTENSION`)
 that resets the connection at once: a client that stopped reading is cut
@@ -29,16 +37,38 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from gateway.errors import InvalidRequest
+from gateway.errors import GatewayError, HeadersTooLarge, InvalidRequest
 from gateway.upstream.relay import ABORT_EXTENSION
 
 
 class HeaderDeadlineProtocol(HttpToolsProtocol):
     header_timeout_s = 10.0
+    max_header_bytes = 32 * 1024
+    max_headers = 100
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_timer: asyncio.TimerHandle | None = None
+        self._head = _HeadCount()
+        self._refused = False  # answered 431: what still comes is dropped
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if self._head.reading and self._head.add(data) > self.max_header_bytes:
+            self._refuse(HeadersTooLarge(f"request headers are over the {self.max_header_bytes} byte limit"))
+            return
+        super().data_received(data)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head.lines += 1
+        if self._head.lines > self.max_headers:
+            raise _TooMany  # the parser stops and reports it; send_400_response answers 431
+        super().on_header(name, value)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._head = _HeadCount()  # the next request's head may follow
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn narrows it so
         super().connection_made(transport)
@@ -65,6 +95,7 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm()
+        self._head.reading = False
         super().on_headers_complete()
 
     def _arm(self) -> None:
@@ -76,13 +107,28 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
             self._header_timer = None
 
     def send_400_response(self, msg: str) -> None:
+        if self._head.lines > self.max_headers:
+            self._refuse(HeadersTooLarge(f"the request has over {self.max_headers} header lines"))
+            return
         error = InvalidRequest(f"the request is not valid HTTP/1.1: {msg.rstrip('.')}", code="invalid_http")
+        self._answer(error, b"400 Bad Request")
+        self.transport.close()
+
+    def _refuse(self, error: GatewayError) -> None:
+        """Answer 431 now, then drop what the client still sends; the header deadline ends it."""
+        self._refused = True
+        self._answer(error, b"431 Request Header Fields Too Large")
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        else:
+            self.transport.close()
+
+    def _answer(self, error: GatewayError, status: bytes) -> None:
         body = json.dumps(error.body()).encode()
-        head = [b"HTTP/1.1 400 Bad Request"]
+        head = [b"HTTP/1.1 " + status]
         head += [name + b": " + value for name, value in self.server_state.default_headers]
         head += [b"content-type: application/json", b"content-length: %d" % len(body), b"connection: close"]
         self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
-        self.transport.close()
 
     def _expire(self) -> None:
         self._header_timer = None
@@ -90,6 +136,34 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-def with_header_timeout(seconds: float) -> type[HeaderDeadlineProtocol]:
-    """The protocol class to give uvicorn as `http=`, with this deadline."""
-    return type("HeaderDeadlineProtocol", (HeaderDeadlineProtocol,), {"header_timeout_s": seconds})
+class _TooMany(Exception):
+    """Raised in the parser's header callback: one header line too many."""
+
+
+class _HeadCount:
+    """The bytes of one request's head seen so far, counted as they arrive
+    (up to the blank line that ends it, which may span two reads)."""
+
+    def __init__(self) -> None:
+        self.reading = True
+        self.size = 0
+        self.lines = 0
+        self._tail = b""
+
+    def add(self, data: bytes) -> int:
+        window = self._tail + data
+        end = window.find(b"\r\n\r\n")
+        if end < 0:
+            self.size += len(data)
+            self._tail = window[-3:]
+        else:
+            self.size += max(0, end + 4 - len(self._tail))
+            self.reading = False
+        return self.size
+
+
+def with_header_timeout(seconds: float, max_bytes: int = 32 * 1024,
+                        max_headers: int = 100) -> type[HeaderDeadlineProtocol]:
+    """The protocol class to give uvicorn as `http=`, with this deadline and these limits."""
+    return type("HeaderDeadlineProtocol", (HeaderDeadlineProtocol,),
+                {"header_timeout_s": seconds, "max_header_bytes": max_bytes, "max_headers": max_headers})

@@ -60,8 +60,9 @@ class RequestIdMiddleware:
 
 class HeaderLimitMiddleware:
     """Answer 431 to requests whose headers are over `max_bytes` (as on the wire)
-    before anything reads or forwards them: uvicorn's httptools parser takes
-    headers of any size."""
+    before anything reads or forwards them. Under `specgate serve` the HTTP
+    protocol (http_protocol.py) has refused such a head while parsing it; this
+    is the bound for any other server the app runs under."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app

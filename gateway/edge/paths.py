@@ -19,6 +19,9 @@ Rules (RFC 3986 section 6.2.2 normalisation, stricter where a proxy must be):
   the decoded path must be UTF-8;
 - `.` and `..` segments are refused rather than resolved: a client of an
   API has no reason to send them, and refusing leaves nothing to resolve;
+- empty segments are dropped (`//v1//chat/completions/` is
+  `/v1/chat/completions`): a path that differs from a route only in its
+  slashes is that route, never a passthrough that skips its routing;
 - the query holds no control characters and no raw non-ASCII bytes.
 """
 
@@ -50,7 +53,8 @@ def normalise_target(raw_path: bytes, query: bytes = b"") -> tuple[bytes, str]:
     if _BAD_QUERY_BYTE.search(query):
         raise _invalid("the query string contains a control character or a raw non-ASCII byte")
     if _PLAIN_PATH.fullmatch(raw_path):
-        return raw_path, raw_path.decode("ascii")
+        plain = _collapse(raw_path)
+        return plain, plain.decode("ascii")
     if not raw_path.startswith(b"/"):
         raise _invalid("the request path must begin with '/'")
     out = bytearray()
@@ -75,11 +79,19 @@ def normalise_target(raw_path: bytes, query: bytes = b"") -> tuple[bytes, str]:
             raise _invalid(f"the request path contains the byte 0x{byte:02x}, which a path may not hold raw")
     if any(segment in _DOT_SEGMENTS for segment in out.split(b"/")):
         raise _invalid("the request path contains a '.' or '..' segment")
+    out = bytearray(_collapse(bytes(out)))
     try:
         decoded = unquote_to_bytes(bytes(out)).decode("utf-8")
     except UnicodeDecodeError:
         raise _invalid("the request path does not decode to UTF-8") from None
     return bytes(out), decoded
+
+
+def _collapse(path: bytes) -> bytes:
+    """The path without empty segments (doubled or trailing slashes)."""
+    if b"//" not in path and (len(path) == 1 or not path.endswith(b"/")):
+        return path
+    return b"/" + b"/".join(segment for segment in path.split(b"/") if segment)
 
 
 def _invalid(message: str, code: str = "invalid_path") -> InvalidRequest:

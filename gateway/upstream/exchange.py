@@ -1,7 +1,7 @@
 """One request's exchange with the upstreams, from the first lease to the log line.
 
 The edge builds an `Exchange` from plain data (the chain to try, the request
-to send, its id, rule, arrival time, traffic class and the pools' load when
+to send, its id, rule, dispatch time (its body complete), traffic class and the pools' load when
 it was routed); the relay calls
 `open()`, relays the answer, and calls `finish(outcome)` once. The exchange
 owns the request's `Claim` (its lease and response), measures a generation's
@@ -23,7 +23,7 @@ import structlog
 
 from gateway.decide.prompt_key import PromptKey
 from gateway.decide.traffic import ClassLatency
-from gateway.errors import GatewayError
+from gateway.errors import DeadlineExceeded, GatewayError
 from gateway.metrics import GatewayMetrics
 from gateway.telemetry.spans import NULL_SPAN, RequestSpan
 from gateway.upstream.drafting import Drafting
@@ -65,11 +65,11 @@ class Outgoing:
             if changes:
                 content = json.dumps({**self.body, **changes}, separators=(",", ":")).encode()
         timeouts = pool.spec.timeouts
-        # total_s counts from the request's arrival and covers the whole answer
+        # total_s counts from the body's completion (`started`) and covers the whole answer
         deadline = asyncio.get_running_loop().time() + timeouts.total_s - (time.perf_counter() - started)
         header_timeout = timeouts.first_byte_s if self.stream else timeouts.total_s
         return Outbound(self.path, self._headers_for(pool), content, header_timeout, deadline, self.method,
-                        self.key, self.home)
+                        self.key, self.home, timeouts.idle_s if self.stream else None)
 
     def _headers_for(self, pool: Pool) -> list[tuple[str, str]]:
         """The client's key is never sent on when the gateway checks keys or the
@@ -88,17 +88,24 @@ class Outcome:
     delivered: bool = False  # the stream's [DONE] event went out: the client may leave now
     stalled: bool = False  # the client stopped reading and was cut
     judged: bool = False  # the relay ended in a known way: the outcome may speak of the endpoint
+    left: bool = False  # the client went away or stopped reading before the answer ended
+    fault: str = "stream_broken"  # how the answer broke, when it did: stream_broken, first_byte, idle
     opened: Opened | None = None
     error: GatewayError | None = None
 
     def verdict(self) -> bool | None:
         """What the exchange says of its endpoint: None when the answer never
-        began (the client left first, or the request never went out whole), or
+        began (the request never went out whole), when the request's own
+        deadline or its client ended it (its outcome, not the endpoint's), or
         when something unforeseen raised through the relay."""
-        if self.opened is None or not self.judged:
+        if self.opened is None or not self.judged or self.left or isinstance(self.error, DeadlineExceeded):
             return None
         # a 5xx answer is a failure of the endpoint even when it reached the client whole
         return self.error is None and self.status < 500
+
+    def why(self) -> str:
+        """The endpoint's fault, for the ejection log, when the verdict is False."""
+        return self.fault if self.error is not None else f"status_{self.status}"
 
 
 class Recorder:
@@ -155,7 +162,7 @@ class Exchange:
     request: Outgoing
     request_id: str
     rule: str
-    started: float  # perf_counter() at the request's arrival
+    started: float  # perf_counter() when the request's body was complete: every latency runs from here
     forwarder: Forwarder
     recorder: Recorder
     degraded: bool = False  # no pool of the chain has an endpoint available: least-bad will do
@@ -207,7 +214,7 @@ class Exchange:
     async def finish(self, outcome: Outcome) -> None:
         """Give the claim back and record the exchange; once, whatever happened."""
         try:
-            await self.claim.give_back(outcome.verdict())
+            await self.claim.give_back(outcome.verdict(), outcome.why())
         finally:
             self._record(outcome)
 
@@ -228,7 +235,7 @@ class Exchange:
         measurement = None
         if opened is not None:
             if outcome.error is not None:
-                self.recorder.error(pool, "stream_cut")
+                self.recorder.error(pool, "deadline" if isinstance(outcome.error, DeadlineExceeded) else "stream_cut")
             lease = opened.lease
             fields.update(endpoint=lease.endpoint.url, endpoint_why=lease.why, matched_blocks=lease.matched,
                           ttfb=round(opened.ttfb_s, 6))

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from gateway.errors import DeadlineExceeded, UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from gateway.upstream.transport import DeadlineReached
 
 # Before the answer's headers, only these are a timeout: a connect timeout is an
 # unreachable endpoint (and another one may be tried).
@@ -26,7 +27,10 @@ class BeforeHeaders:
 
 def upstream_error(exc: BaseException, before: BeforeHeaders | None = None) -> UpstreamError:
     """A timeout is a 504, anything else (connect errors, a broken connection)
-    a 502. `before` is given when the answer's headers had not come yet."""
+    a 502. `before` is given when the answer's headers had not come yet. The
+    request's own deadline is `DeadlineExceeded`: its outcome, not the endpoint's."""
+    if isinstance(exc, DeadlineReached):
+        return DeadlineExceeded("the request's total time (the pool's total_s) ran out before the answer ended")
     if before is None:
         if isinstance(exc, BODY_TIMEOUTS):
             return UpstreamTimeout("the backend stopped sending within the pool's timeout")

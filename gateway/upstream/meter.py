@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import httpx
 
 from gateway.upstream.drafting import Drafting
-from gateway.upstream.usage import DONE, completion_tokens
+from gateway.upstream.usage import ANY_DONE, completion_tokens
 
 
 class TokenMeter(httpx.AsyncByteStream):
@@ -55,7 +55,7 @@ class TokenMeter(httpx.AsyncByteStream):
         found = completion_tokens(self.tail)
         if found is not None:
             return found
-        return self.events - self.tail.count(DONE)
+        return self.events - len(ANY_DONE.findall(self.tail))
 
     def time_per_token(self) -> float | None:
         """Seconds per output token after the first, or None for too short a stream."""
@@ -72,7 +72,7 @@ def per_token(decode_s: float, tokens: int) -> float | None:
 @dataclass(frozen=True, slots=True)
 class Measurement:
     """One answered request, as its pool served it. Times count from the
-    request's arrival at the gateway. A streamed answer gives its first token's
+    moment its body was complete (its dispatch). A streamed answer gives its first token's
     time and so a time per output token (the decode time over the tokens after
     the first); a whole body arrives at once and gives neither."""
     pool: str

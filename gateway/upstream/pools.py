@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import httpx
+import structlog
 
 from gateway.decide.balance_spec import balance_of
 from gateway.decide.policy import PoolSpec
@@ -104,11 +105,12 @@ class Lease:
     why: str = "least_bad"  # the balancer's reason for the endpoint (see Choice), or the degraded pick
     matched: int = 0  # leading prompt blocks the endpoint was last sent
 
-    def release(self, ok: bool | None) -> None:
+    def release(self, ok: bool | None, why: str = "failed") -> None:
+        """`why`: the endpoint's fault when `ok` is False (connect, status_502, idle, ...), for the log."""
         if self.released:
             return
         self.released = True
-        self.pool.release(self, ok)
+        self.pool.release(self, ok, why)
 
 
 _NO_COUNTS: Mapping[str, int] = MappingProxyType({})
@@ -133,6 +135,7 @@ class Pool:
         self.in_flight = 0  # requests this gateway has open on the pool
         self.elsewhere = elsewhere  # url -> other replicas' in flight
         self.on_health_change = on_health_change  # an endpoint of this pool went up or down
+        self.log = structlog.get_logger("specgate.pools")
         self.queue = WaitQueue(name, *queue_limits(spec), free=self.free)
         by_prefix = balance_of(spec.balance, len(spec.endpoints)) == "prefix"
         self.balancer: Balancer[Endpoint] = (
@@ -165,7 +168,10 @@ class Pool:
         elif degraded:
             endpoint = self._least_bad([e for e in self.endpoints if e not in skip and not e.full()], now)
         else:
-            raise NoHealthyBackend(f"pool '{self.name}' has no healthy endpoint")
+            left = [e for e in self.endpoints if e not in skip]
+            ejected = bool(left) and all(e.healthy and e.resting(now) for e in left)
+            raise NoHealthyBackend(f"pool '{self.name}' has no healthy endpoint",
+                                   reason="ejected" if ejected else "unhealthy")
         trial = endpoint.ejected()
         if trial:
             endpoint.trial_in_flight = True
@@ -199,7 +205,7 @@ class Pool:
         if self.queue.waiting and not any(e.usable(now) for e in self.endpoints):
             self.queue.flush()
 
-    def release(self, lease: Lease, ok: bool | None) -> None:
+    def release(self, lease: Lease, ok: bool | None, why: str = "failed") -> None:
         endpoint = lease.endpoint
         endpoint.outstanding -= 1
         self.in_flight -= 1
@@ -208,7 +214,7 @@ class Pool:
         if ok is True:
             self._succeeded(endpoint)
         elif ok is False:
-            self._failed(endpoint)
+            self._failed(endpoint, why)
         if self.queue.waiting:
             self.queue.wake()
         if self.on_release is not None:
@@ -217,6 +223,8 @@ class Pool:
     def set_health(self, endpoint: Endpoint, healthy: bool) -> None:
         if endpoint.healthy != healthy:
             endpoint.healthy = healthy
+            self.log.warning("endpoint_healthy" if healthy else "endpoint_unhealthy", pool=self.name,
+                             endpoint=endpoint.url, reason="health_check", failures=endpoint.failures)
             self.on_health_change(self, endpoint)
             if healthy and self.queue.waiting:
                 self.queue.wake()
@@ -224,14 +232,16 @@ class Pool:
                 self._capacity_lost()
 
     def _succeeded(self, endpoint: Endpoint) -> None:
-        was_ejected = endpoint.ejected()
+        was_ejected, failures = endpoint.ejected(), endpoint.failures
         endpoint.failures = 0
         endpoint.ejected_until = 0.0
         endpoint.backoff_s = 0.0
         if was_ejected:
+            self.log.warning("endpoint_restored", pool=self.name, endpoint=endpoint.url,
+                             reason="trial_succeeded", failures=failures)
             self.on_health_change(self, endpoint)
 
-    def _failed(self, endpoint: Endpoint) -> None:
+    def _failed(self, endpoint: Endpoint, why: str) -> None:
         endpoint.failures += 1
         health = self.spec.health
         if endpoint.ejected() or endpoint.failures >= health.eject_after:
@@ -239,6 +249,9 @@ class Pool:
             endpoint.backoff_s = min(health.max_backoff_s,
                                      endpoint.backoff_s * 2 if endpoint.backoff_s else health.backoff_s)
             endpoint.ejected_until = self.clock() + endpoint.backoff_s
+            self.log.warning("endpoint_ejected", pool=self.name, endpoint=endpoint.url, reason=why,
+                             failures=endpoint.failures, backoff_s=endpoint.backoff_s,
+                             trial=was_ejected)
             if not was_ejected:
                 self.on_health_change(self, endpoint)
                 self._capacity_lost()
@@ -250,11 +263,11 @@ class Pool:
         if open_:
             return min(open_, key=lambda e: (not e.healthy, e.ejected(), e.failures, e.outstanding))
         if not endpoints:
-            raise NoHealthyBackend(f"pool '{self.name}' is at its in-flight limit")
+            raise NoHealthyBackend(f"pool '{self.name}' is at its in-flight limit", reason="full")
         back = min(e.ejected_until for e in endpoints) - now
         raise NoHealthyBackend(f"every endpoint of pool '{self.name}' is ejected after failing; "
                                f"the first may be tried again in {max(back, 0.0):.1f} s",
-                               retry_after_s=max(1, math.ceil(back)))
+                               retry_after_s=max(1, math.ceil(back)), reason="ejected")
 
 
 def queue_limits(spec: PoolSpec) -> tuple[int, float]:

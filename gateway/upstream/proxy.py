@@ -39,6 +39,7 @@ from gateway.upstream.failures import HEADER_TIMEOUTS, BeforeHeaders, upstream_e
 from gateway.upstream.pools import Endpoint, Lease, Pool
 from gateway.upstream.queue import Evicted, Ticket, WaitQueue, wait
 from gateway.upstream.queue_metrics import QueueMetrics
+from gateway.upstream.transport import DeadlineReached
 from gateway.upstream.upstream import Upstream
 
 HOP_BY_HOP = frozenset({
@@ -124,7 +125,7 @@ class Claim:
         self.on_lease(pool, 1)
         return lease
 
-    async def give_back(self, ok: bool | None) -> None:
+    async def give_back(self, ok: bool | None, why: str = "failed") -> None:
         response, self.response = self.response, None
         lease, self.lease = self.lease, None
         try:
@@ -133,7 +134,7 @@ class Claim:
         finally:
             if lease is not None:
                 try:
-                    lease.release(ok)
+                    lease.release(ok, why)
                 finally:
                     self.on_lease(lease.pool, -1)
 
@@ -172,6 +173,7 @@ class Outbound:
     method: str = "POST"
     key: PromptKey | None = None  # the prompt and session the pool's balancer reads
     home: str | None = None  # the URL of the only endpoint that may serve it (it holds the request's state)
+    idle_s: float | None = None  # the silence allowed between a stream's chunks after the first
 
 
 @dataclass
@@ -223,7 +225,7 @@ class Forwarder:
             mine = ticket if ticket is not None and ticket.queue is pool.queue else None
             try:
                 if standing.shed_by(pool, full=False):
-                    raise AtCapacity(f"pool '{pool.name}' is busy")
+                    raise AtCapacity(f"pool '{pool.name}' is busy", reason="busy")
                 opened = await self.open(upstream, outbound(pool), claim, degraded=degraded, ticket=mine)
             except (NoHealthyBackend, UpstreamUnreachable) as exc:
                 if isinstance(exc, AtCapacity):
@@ -242,7 +244,7 @@ class Forwarder:
             status = opened.response.status_code
             if last or status not in FALLBACK_STATUSES:
                 return opened
-            await claim.give_back(ok=status == 429)  # busy is not broken
+            await claim.give_back(ok=status == 429, why=f"status_{status}")  # busy is not broken
             self.on_error(pool, f"status_{status}")
             claim.fallback = claim.fallback or f"status_{status}"
         raise NoHealthyBackend("no pool to send the request to")
@@ -313,7 +315,7 @@ class Forwarder:
         # The transport applies "read" to the wait for headers and to every later read:
         # no separate timer per request on the hot path.
         timeouts = {"connect": t.connect_s, "read": outbound.header_timeout_s, "write": t.connect_s,
-                    "pool": t.first_byte_s}
+                    "pool": t.first_byte_s, "idle": outbound.idle_s or outbound.header_timeout_s}
         tried: list[Endpoint] = []
         # a request pinned to its home endpoint is never retried elsewhere
         elsewhere = [] if outbound.home is None else [e for e in pool.endpoints if e.url != outbound.home]
@@ -332,16 +334,19 @@ class Forwarder:
             try:
                 response = await upstream.transport.handle_async_request(request)
             except httpx.TransportError as exc:
-                await claim.give_back(ok=False)
                 timed_out = isinstance(exc, HEADER_TIMEOUTS)
-                self.on_error(pool, "timeout" if timed_out else "connect")
+                kind = "deadline" if isinstance(exc, DeadlineReached) else "timeout" if timed_out else "connect"
+                # the request's own deadline says nothing of the endpoint
+                await claim.give_back(ok=None if kind == "deadline" else False, why=kind)
+                self.on_error(pool, kind)
                 if timed_out or not self._may_retry(upstream, tried, degraded, elsewhere):
                     raise upstream_error(exc, BeforeHeaders(pool.name, outbound.header_timeout_s,
                                                             len(tried))) from None
                 continue
             claim.response = response
             if response.status_code in RETRY_STATUSES and self._may_retry(upstream, tried, degraded, elsewhere):
-                await claim.give_back(ok=response.status_code == 429)  # busy is not broken
+                await claim.give_back(ok=response.status_code == 429,  # busy is not broken
+                                      why=f"status_{response.status_code}")
                 self.on_error(pool, f"status_{response.status_code}")
                 continue
             return Opened(response, lease, time.perf_counter() - started)
@@ -375,7 +380,8 @@ def _request(outbound: Outbound, endpoint: Endpoint, timeouts: dict[str, float])
 
 
 def _why(exc: NoHealthyBackend | UpstreamUnreachable) -> str:
-    return "unreachable" if isinstance(exc, UpstreamUnreachable) else "no_capacity"
+    """The fallback's cause: unreachable, or the pool's own (ejected, unhealthy, full, busy)."""
+    return "unreachable" if isinstance(exc, UpstreamUnreachable) else exc.reason
 
 
 def _shed(routed: Pool, priority: int) -> Shed:

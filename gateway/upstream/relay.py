@@ -148,6 +148,7 @@ class Relay:
                 _abort_client(scope)
             # a client that closes once it has read [DONE] had the whole answer
             outcome.ok, outcome.stalled, outcome.judged = outcome.delivered, stalled, True
+            outcome.left = not outcome.delivered
             if not outcome.delivered:
                 outcome.status = CLIENT_CLOSED
         finally:
@@ -191,6 +192,7 @@ class Relay:
         chunks = response.aiter_raw()
         events = _EventSplitter(self.exchange.tap)
         pacer = self._pacer()
+        first: bytes | None = None
         try:  # the transport holds every read to the request's deadline
             first = await self._first_chunk(chunks, send)
             if first and pacer is not None:
@@ -209,6 +211,7 @@ class Relay:
             # Only whole events went out, so the error event is one the client can parse.
             error = upstream_error(exc)
             outcome.status, outcome.error = error.status_code, error
+            outcome.fault = _fault(exc, first is None)
             payload = events.held() + self.exchange.request.usage.stream_error(error)
             await send({"type": "http.response.body", "body": payload, "more_body": False})
             return
@@ -314,6 +317,14 @@ async def _runs(first: bytes, chunks: AsyncIterator[bytes], events: _EventSplitt
     yield events.feed(first)
     async for chunk in chunks:
         yield events.feed(chunk)
+
+
+def _fault(exc: BaseException, before_first: bool) -> str:
+    """How a stream broke, for the ejection log: no first chunk within
+    first_byte_s, silence past idle_s, or a broken connection."""
+    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+        return "first_byte" if before_first else "idle"
+    return "stream_broken"
 
 
 def _abort_client(scope: Scope) -> None:

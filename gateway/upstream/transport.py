@@ -11,7 +11,11 @@ loop (`connection_lost`), never by polling.
 
 Besides httpx's timeouts it honours `extensions["deadline"]` (event-loop time):
 no read waits past it, so a backend that trickles bytes cannot stretch a
-request beyond its total time.
+request beyond its total time; a read cut by it raises `DeadlineReached`, so
+the caller can tell the request's own deadline from a silent backend. The
+timeout's `idle` entry, when given, bounds every read of a body after its
+first chunk (the silence between a stream's tokens); `read` bounds the wait
+for the headers and for the first chunk.
 
 Responses: interim 1xx answers (100 Continue, 103 Early Hints) are read and
 dropped, only the final response is returned; 101 is refused (the proxy never
@@ -38,6 +42,13 @@ import httpx
 
 Origin = tuple[bytes, bytes, int]
 HIGH_WATER = 256 * 1024  # pause reading past this much unconsumed body
+
+
+class DeadlineReached(httpx.ReadTimeout):
+    """A read cut by the request's own deadline, not by the backend's silence."""
+
+
+Expiry = type[httpx.ReadTimeout]  # what a read that waited too long raises
 
 
 class _ClosedEarly(Exception):
@@ -157,9 +168,9 @@ class Connection(asyncio.Protocol):
     async def wait_headers(self, read_timeout: float | None, deadline: float | None) -> None:
         while not self.headers_done:
             self._raise_if_broken()
-            await self._wait(_bounded(read_timeout, deadline))
+            await self._wait(*_bounded(read_timeout, deadline))
 
-    async def next_chunk(self, timeout: float | None) -> bytes | None:
+    async def next_chunk(self, timeout: float | None, expiry: Expiry = httpx.ReadTimeout) -> bytes | None:
         while True:
             if self.chunks:
                 chunk = b"".join(self.chunks) if len(self.chunks) > 1 else self.chunks[0]
@@ -171,7 +182,7 @@ class Connection(asyncio.Protocol):
             if self.complete:
                 return None
             self._raise_if_broken()
-            await self._wait(timeout)
+            await self._wait(timeout, expiry)
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
@@ -184,10 +195,10 @@ class Connection(asyncio.Protocol):
         if self.closed:
             raise httpx.RemoteProtocolError("the connection is closed")
 
-    async def _wait(self, timeout: float | None) -> None:
+    async def _wait(self, timeout: float | None, expiry: Expiry = httpx.ReadTimeout) -> None:
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(timeout, _expire, waiter) if timeout is not None else None
+        timer = loop.call_later(timeout, _expire, waiter, expiry) if timeout is not None else None
         try:
             await waiter
         finally:
@@ -204,35 +215,43 @@ class Connection(asyncio.Protocol):
             self.transport.abort()
 
 
-def _expire(waiter: asyncio.Future[None]) -> None:
+def _expire(waiter: asyncio.Future[None], expiry: Expiry) -> None:
     if not waiter.done():
-        waiter.set_exception(httpx.ReadTimeout("no data from the server within the read timeout"))
+        message = ("the request's total time is up" if expiry is DeadlineReached
+                   else "no data from the server within the read timeout")
+        waiter.set_exception(expiry(message))
 
 
-def _bounded(read_timeout: float | None, deadline: float | None) -> float | None:
-    """The wait allowed for one read: the read timeout, cut short by the request's
-    deadline (`extensions["deadline"]`, event-loop time) when it has one."""
+def _bounded(read_timeout: float | None, deadline: float | None) -> tuple[float | None, Expiry]:
+    """The wait allowed for one read and what its end raises: the read timeout,
+    cut short by the request's deadline (`extensions["deadline"]`, event-loop
+    time) when it has one."""
     if deadline is None:
-        return read_timeout
+        return read_timeout, httpx.ReadTimeout
     left = deadline - asyncio.get_running_loop().time()
     if left <= 0:
-        raise httpx.ReadTimeout("the request's total time is up")
-    return left if read_timeout is None else min(read_timeout, left)
+        raise DeadlineReached("the request's total time is up")
+    if read_timeout is None or left <= read_timeout:
+        return left, DeadlineReached
+    return read_timeout, httpx.ReadTimeout
 
 
 class ResponseStream(httpx.AsyncByteStream):
     def __init__(self, transport: PooledTransport, origin: Origin, connection: Connection,
-                 read_timeout: float | None, deadline: float | None) -> None:
+                 read_timeout: float | None, deadline: float | None, idle_timeout: float | None = None) -> None:
         self._transport = transport
         self._origin = origin
         self._connection = connection
         self._read_timeout = read_timeout
+        self._idle_timeout = read_timeout if idle_timeout is None else idle_timeout
         self._deadline = deadline
         self._done = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         connection = self._connection
-        while (chunk := await connection.next_chunk(_bounded(self._read_timeout, self._deadline))) is not None:
+        timeout = self._read_timeout  # the first chunk; the silence between later ones is `idle`
+        while (chunk := await connection.next_chunk(*_bounded(timeout, self._deadline))) is not None:
+            timeout = self._idle_timeout
             yield chunk
 
     async def aclose(self) -> None:
@@ -271,7 +290,7 @@ class PooledTransport(httpx.AsyncBaseTransport):
         headers = connection.headers
         return httpx.Response(connection.status, headers=headers,
                               stream=ResponseStream(self, origin, connection, timeouts.get("read"),
-                                                    request.extensions.get("deadline")),
+                                                    request.extensions.get("deadline"), timeouts.get("idle")),
                               extensions={"http_version": b"HTTP/1.1"})
 
     async def _exchange(self, origin: Origin, payload: bytes, timeouts: dict[str, Any],

@@ -29,12 +29,16 @@ from gateway.errors import GatewayError
 
 EVENT_END = re.compile(rb"\r?\n\r?\n")
 DONE = b"data: [DONE]"
-OPENAI_LAST_EVENTS = (DONE + b"\n\n", DONE + b"\r\n\r\n")  # how an OpenAI stream ends
+ANY_DONE = re.compile(rb"data:[ \t]*\[DONE\]")  # as any backend writes it, with or without the space
+# how an OpenAI stream ends, with or without the space after "data:"
+OPENAI_LAST_EVENTS = (DONE + b"\n\n", DONE + b"\r\n\r\n", b"data:[DONE]\n\n", b"data:[DONE]\r\n\r\n")
 COMPLETION_TOKENS = b'"completion_tokens"'
 OUTPUT_TOKENS = b'"output_tokens"'
 COUNT = re.compile(rb'"(?:completion|output)_tokens"\s*:\s*([0-9]+)')
-FINISH = b'"finish_reason":"'  # a choice's last chunk: its finish_reason is a string, not null
-USAGE_ONLY = b'"choices":[],"usage":{'  # the chunk include_usage adds after the last choice
+# Matched with any whitespace a backend puts around JSON separators, in any key order:
+FINISH = re.compile(rb'"finish_reason"\s*:\s*"')  # a choice's last chunk: its finish_reason is a string
+USAGE = re.compile(rb'"usage"\s*:\s*\{')  # a usage block (not a "usage":null mark)
+NO_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')  # with it: the chunk include_usage adds at the end
 USAGE_NULL = b',"usage":null'  # some servers mark every chunk so once usage is asked for
 FINGERPRINT = re.compile(rb',"system_fingerprint":"[^"]*"')
 # a Responses event's response object opens with its id (vLLM: `resp_<uuid>`, or the body's `request_id`)
@@ -183,10 +187,10 @@ class UsageTap:
         if self.held:
             out, self.held = b"", self.held + events
         else:
-            finish = events.find(FINISH)
-            if finish < 0:
+            finish = FINISH.search(events)
+            if finish is None:
                 return events
-            start = events.rfind(b"data:", 0, finish)
+            start = events.rfind(b"data:", 0, finish.start())
             out, self.held = events[:start], events[start:]
         return out + self._release()
 
@@ -214,12 +218,10 @@ class UsageTap:
 
     def _release(self) -> bytes:
         held = self.held
-        usage = held.find(USAGE_ONLY)
-        if usage < 0:
-            return self.flush() if DONE in held else b""
-        start = held.rfind(b"data:", 0, usage)
-        end = EVENT_END.search(held, usage)
-        stop = len(held) if end is None else end.end()
+        found = _usage_only(held)
+        if found is None:
+            return self.flush() if ANY_DONE.search(held) else b""
+        start, stop = found
         chunk, last, rest = held[start:stop], held[:start], held[stop:]
         self._tokens = completion_tokens(chunk)
         fingerprint = FINGERPRINT.search(chunk)
@@ -228,3 +230,15 @@ class UsageTap:
             last = last[:close] + fingerprint.group() + last[close:]
         self.held = b""
         return last + rest
+
+
+def _usage_only(events: bytes) -> tuple[int, int] | None:
+    """Where the usage-only chunk (a usage block, no choices) is in `events`;
+    chunks that carry a usage block beside their choices are passed over."""
+    for usage in USAGE.finditer(events):
+        start = events.rfind(b"data:", 0, usage.start())
+        end = EVENT_END.search(events, usage.start())
+        stop = len(events) if end is None else end.end()
+        if NO_CHOICES.search(events, start, stop) is not None:
+            return start, stop
+    return None

@@ -131,3 +131,16 @@ def test_messages_and_responses_are_captured_as_chat_turns(start_gateway, spec_f
     for record in records.values():
         assert [m["role"] for m in record["messages"]] == ["system", "user"]
         assert "Summarise my account." in record["messages"][1]["content"] and "<EMAIL>" in text
+
+
+def test_a_relative_capture_directory_is_next_to_the_policy_not_the_working_directory(
+        start_gateway, spec_fake, std_fake, tmp_path, monkeypatch):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the process's working directory is not the policy's folder
+    gw = start_gateway(capture_policy(spec_fake.url, std_fake.url, Path("captured")))
+    with openai.OpenAI(base_url=gw.base_url, api_key="unused", max_retries=0) as client:
+        client.chat.completions.create(model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    wait_for(lambda: metric(gw.url, "specgate_capture_written") >= 1, "one captured prompt")
+    assert list((gw.policy_path.parent / "captured").glob("capture-*.jsonl"))
+    assert not (elsewhere / "captured").exists()

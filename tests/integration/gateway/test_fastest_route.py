@@ -166,4 +166,4 @@ def test_a_full_chosen_pool_spills_to_the_next_candidate(start_gateway, spec_fak
                 pass
         hold.set()
         first.join()
-    assert (served, reason) == ("speculative", "fallback:no_capacity")
+    assert (served, reason) == ("speculative", "fallback:full")

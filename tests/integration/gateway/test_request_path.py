@@ -173,7 +173,7 @@ def test_a_full_pool_falls_back_and_a_key_never_leaves_its_pools(start_gateway, 
             assert spec_fake.holding.wait(5)
             full = post(gw, GREEDY, headers={"authorization": "Bearer any-pool"})
             assert (full.status_code, full.headers["x-specgate-pool"]) == (200, "standard")
-            assert full.headers["x-specgate-reason"] == "fallback:no_capacity"
+            assert full.headers["x-specgate-reason"] == "fallback:full"
             limited = post(gw, GREEDY, headers={"authorization": "Bearer spec-only"})
             assert limited.status_code == 429  # its one pool is full and queues nobody: shed
             assert limited.headers["x-specgate-pool"] == "speculative"

@@ -35,6 +35,17 @@ def scrubber() -> Scrubber:
      "<SECRET>"),
     ('password = "correct-horse-battery"', "correct-horse-battery", "<SECRET>"),
     ("api key Zq8Xw2Lr5Tn9Vb3Kp7Yd1Hs4Jf6Mg0", "Zq8Xw2Lr5Tn9Vb3Kp7Yd1Hs4Jf6Mg0", "<SECRET>"),
+    ("DB_PASSWORD=hunter2horse in the env", "hunter2horse", "<SECRET>"),
+    ("export OPENAI_API_KEY=abc123def456 first", "abc123def456", "<SECRET>"),
+    ("set github_token: plainvalue42 there", "plainvalue42", "<SECRET>"),
+    ("key sk-proj-abcdefghijklmnop1234 here", "sk-proj-abcdefghijklmnop1234", "<SECRET>"),
+    ("sk-ant-api03-abcdefghijklmnopqrstuv", "sk-ant-api03-abcdefghijklmnopqrstuv", "<SECRET>"),
+    ("slack xoxb-123456789012-abcdefghij bot", "xoxb-123456789012-abcdefghij", "<SECRET>"),
+    ("aws AKIAIOSFODNN7EXAMPLE id", "AKIAIOSFODNN7EXAMPLE", "<SECRET>"),
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abc_def-123", "eyJzdWIiOiIxMjM0In0", "<SECRET>"),
+    ("my SSN is 123-45-6789, ok", "123-45-6789", "<ID>"),
+    ("NINO AB 12 34 56 C on file", "AB 12 34 56 C", "<ID>"),
+    ("CPF 123.456.789-09 registered", "123.456.789-09", "<ID>"),
 ])
 def test_each_kind_becomes_its_placeholder(scrubber, text, secret, placeholder):
     scrubbed, counts = scrubber.scrub(text)
@@ -48,6 +59,7 @@ def test_each_kind_becomes_its_placeholder(scrubber, text, secret, placeholder):
     "def internationalization_helper(x): return x * 1500000",
     "A card that fails Luhn: 4111 1111 1111 1112, an IBAN with a bad checksum: GB00WEST12345698765432.",
     "Version 1.2.3 of the package was released on 2024-05-03, build 3f8a9c7e2b1d.",
+    "Set key=value pairs, for example colour=blue; the token count is 12.",
 ])
 def test_ordinary_text_is_kept(scrubber, text):
     assert scrubber.scrub(text) == (text, {})
@@ -128,3 +140,32 @@ def test_an_idle_capture_still_deletes_files_past_retention(tmp_path, monkeypatc
 
     asyncio.run(scenario())
     assert not old.exists()
+
+
+def test_every_stored_string_is_scrubbed_and_roles_come_from_a_closed_set(tmp_path):
+    capture = Capture(CaptureSpec(enabled=True, share=1.0, directory=str(tmp_path)), GatewayMetrics())
+    messages = [{"role": "user ops@example.org", "name": "jane.doe@example.com", "content": "hello"},
+                {"role": "assistant", "content": None,
+                 "tool_calls": [{"function": {"name": "f", "arguments": '{"key": "AKIAIOSFODNN7EXAMPLE"}'}}]},
+                {"role": "tool", "content": [{"type": "text", "text": "export API_TOKEN=s3cr3tvalue"}]}]
+    written, _ = capture._write([(0.0, "chat", None, messages, 0)], capture.files, "US")
+    text = "".join(path.read_text() for path in capture.files.files())
+    assert written == 1
+    for secret in ("ops@example.org", "jane.doe@example.com", "AKIAIOSFODNN7EXAMPLE", "s3cr3tvalue"):
+        assert secret not in text
+    assert '"role":"other"' in text and '"role":"tool"' in text
+
+
+def test_the_queue_is_bounded_in_bytes_and_oversize_prompts_are_skipped(tmp_path):
+    metrics = GatewayMetrics()
+    spec = CaptureSpec(enabled=True, share=1.0, directory=str(tmp_path), queue=1000,
+                       queue_bytes=10_000, max_prompt_bytes=4096)
+    capture = Capture(spec, metrics)
+    capture.offer("chat", {"messages": [{"role": "user", "content": "x" * (8 << 20)}]}, None)
+    capture.offer("completions", {"prompt": "y" * 5000}, None)
+    assert metrics.capture_dropped.labels("too_large")._value.get() == 2
+    for _ in range(5):
+        capture.offer("chat", {"messages": [{"role": "user", "content": [{"type": "text", "text": "z" * 3000}]}]},
+                      None)
+    assert capture.queue.qsize() == 3 and capture.queued_bytes == 9000
+    assert metrics.capture_dropped.labels("queue_full")._value.get() == 2
