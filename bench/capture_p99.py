@@ -56,7 +56,7 @@ async def big(url: str, count: int, clients: int) -> None:
 async def measure(url: str, args: argparse.Namespace, with_big: bool) -> list[float]:
     tasks = [innocent(url, args.innocent, args.clients)]
     if with_big:
-        tasks.append(big(url, args.big, args.big_clients))  # type: ignore[arg-type]
+        tasks.append(big(url, args.big, args.big_clients))  # type: ignore[arg-type] - gather mixes the two result types
     results = await asyncio.gather(*tasks)
     return results[0]
 

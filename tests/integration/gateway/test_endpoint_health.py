@@ -97,7 +97,7 @@ def test_clients_that_leave_mid_stream_are_counted_once_and_never_against_the_en
         hold.set()
     endpoint = speculative_endpoint(gateway)
     assert (endpoint.failures, endpoint.ejected()) == (0, False)
-    labels = {"pool": "speculative", "rule": "default", "code": "499"}
+    labels = {"pool": "speculative", "rule": "default", "code": "499", "api": "chat"}
     wait_until(lambda: registry.get_sample_value("specgate_requests_total", labels) == 3, "three 499s")
     assert registry.get_sample_value("specgate_upstream_errors_total",
                                      {"pool": "speculative", "kind": "stream_cut"}) is None
