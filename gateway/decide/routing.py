@@ -40,6 +40,7 @@ class Decision:
     chain: tuple[str, ...] = ()  # the pools to try in order, when not the pool's fallback chain
     fastest: Fastest | None = None  # how `route: fastest` chose
     home: str | None = None  # the one endpoint (URL) that may serve it: it holds the state the request continues
+    fallback: str | None = None  # why it left the pool its rule chose before anything was sent (`flag`)
 
     @property
     def explored(self) -> bool:
@@ -164,7 +165,7 @@ def _guarded(chosen: Decision, features: Features, policy: Policy, flags: FlagSn
     target = _fallback(chosen.pool, policy, flags)
     return Decision(target, chosen.rule,
                     f"{chosen.reason}; speculation off on '{chosen.pool}' ({why}), "
-                    f"sent to '{target}'")
+                    f"sent to '{target}'", fallback="flag" if target != chosen.pool else None)
 
 
 def _probe(pool: str, rule: str, why: str) -> Decision:

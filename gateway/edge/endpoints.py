@@ -153,7 +153,7 @@ class ProxyEndpoints:
         return self._relay(Exchange(chain, outgoing, request.state.request_id, decision.rule, started,
                                     self.forwarder, self.recorder, degraded=degraded,
                                     traffic=traffic, measured=True, load=features.load, priority=priority,
-                                    trace=span))
+                                    trace=span, fallback=decision.fallback))
 
     def admission(self, routed: Routed) -> dict[str, Any]:
         """Whether the decision would be held now, and how many are held (for explain)."""

@@ -170,6 +170,7 @@ class Exchange:
     measured: bool = False  # a generation: its answer is measured in output tokens
     load: Mapping[str, int] = field(default_factory=dict)  # each pool's load when the request was routed
     priority: int = 0  # its place while pools are saturated (docs/priorities.md)
+    fallback: str | None = None  # why routing already left the rule's pool (`flag`), before any try
     trace: RequestSpan = NULL_SPAN  # the request's span (docs/tracing.md)
     claim: Claim = field(init=False)
     meter: TokenMeter | None = field(default=None, init=False)
@@ -180,6 +181,7 @@ class Exchange:
 
     def __post_init__(self) -> None:
         self.claim = Claim(self.recorder.lease)
+        self.claim.fallback = self.fallback  # the routing's own reason comes first
 
     async def open(self) -> Opened:
         """The backend's answer, headers in, leased through the claim."""

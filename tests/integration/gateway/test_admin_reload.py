@@ -62,6 +62,8 @@ def test_manual_flag_modes(gateway):
     url = gateway.url + "/admin/flags/speculative"
     assert httpx.put(url, headers=AUTH, json={"mode": "force_off"}).status_code == 200
     assert {pool_of(gateway) for _ in range(30)} == {"standard"}  # not even probes
+    sent = httpx.post(gateway.base_url + "/chat/completions", json=GREEDY_LONG)
+    assert sent.headers["x-specgate-reason"] == "fallback:flag"  # the cause, not a capacity problem
     flags = httpx.get(gateway.url + "/admin/flags", headers=AUTH).json()
     assert flags["speculative"]["mode"] == "force_off" and flags["speculative"]["enabled"] is False
     metrics = httpx.get(gateway.url + "/metrics").text
