@@ -4,8 +4,10 @@ After each check the leading guard writes its verdicts (per speculative pool:
 on or off, the reason and its evidence, the traffic classes kept off) and the
 backends' reported load to the hash `specgate:{namespace}:guard:verdicts`,
 through a script that refuses the write unless the writer's fencing token is
-at least the one stored and the latest one issued (see `leader.py`); the hash
-keeps the token. The script then publishes the token on the channel of the
+the latest one issued (see `leader.py`); the hash keeps the token. After the
+store lost its data the counter starts again, so a token from before the loss
+is refused too (its holder steps down) and the next leader's is not fenced out
+by a stored token from before. The script then publishes the token on the channel of the
 same name.
 
 A follower applies what is stored into its own flags and load report, as its
@@ -32,12 +34,11 @@ from gateway.flags import FlagStore, PoolFlag
 from gateway.load import LoadReport
 from gateway.state.store import STATE_ERRORS, StateStore
 
-# Write only for the latest leader: the token must be >= the stored one and the last issued.
+# Write only for the latest leader: the token must be the last one issued (a
+# larger one was issued before the store lost its data, and is refused too).
 WRITE = """
-local token = tonumber(ARGV[1])
-local stored = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
 local issued = tonumber(redis.call('GET', KEYS[2]) or '0')
-if token < stored or token < issued then
+if tonumber(ARGV[1]) ~= issued then
   return 0
 end
 redis.call('HSET', KEYS[1], 'token', ARGV[1], 'holder', ARGV[2], 'verdicts', ARGV[3])

@@ -20,6 +20,13 @@ them as it does in one process (see `gateway/flags.py`).
 Fail open: while Redis is down the last-known modes stay. An override set
 then holds on this replica at once and is written, with a new version, when
 Redis answers again.
+
+A store that lost its data (restarted without persistence, flushed) is
+written back: when a full read finds the hash without an override this
+replica applied (there is no delete, so only a loss removes one), the replica
+writes it again with its mode, reason and `written_at` and a new version, and
+logs `overrides_lost_by_store` once. The write only fills a missing entry, so
+replicas doing it at once draw one version per pool and agree on its mode.
 """
 
 from __future__ import annotations
@@ -39,8 +46,16 @@ from gateway.state.store import STATE_ERRORS, StateStore
 PART = "overrides"
 LISTEN_WAIT_S = 0.5  # one wait for a pub/sub message; also how soon the listener sees a stop
 
-# KEYS: version counter, hash, channel. ARGV: pool, mode, reason, written_at.
+# KEYS: version counter, hash, channel. ARGV: pool, mode, reason, written_at,
+# and optionally "restore": write only when the hash has no entry for the pool
+# (else return the one it has).
 WRITE_SCRIPT = """
+if ARGV[5] == 'restore' then
+  local stored = redis.call('HGET', KEYS[2], ARGV[1])
+  if stored then
+    return stored
+  end
+end
 local version = redis.call('INCR', KEYS[1])
 local entry = cjson.encode({pool = ARGV[1], mode = ARGV[2], reason = ARGV[3], written_at = ARGV[4],
                             version = version})
@@ -144,13 +159,31 @@ class SharedOverrides:
 
     async def _flush(self, pool: str) -> None:
         pending = self.pending[pool]
-        keys = [self.version_key, self.hash_key, self.channel]
-        args = [pool, pending.mode.value, pending.reason, repr(self.clock())]
-        raw = await self.store.run(PART, lambda client: self._script(keys=keys, args=args, client=client))
+        raw = await self._write([pool, pending.mode.value, pending.reason, repr(self.clock())])
         del self.pending[pool]
         override = Override.parse(raw)
         if override is not None:
             self._apply(override)
+
+    async def _write(self, args: list[str]) -> bytes | str:
+        keys = [self.version_key, self.hash_key, self.channel]
+        raw: bytes | str = await self.store.run(
+            PART, lambda client: self._script(keys=keys, args=args, client=client))
+        return raw
+
+    async def _restore(self, stored: Mapping[bytes | str, bytes | str]) -> None:
+        """Write back the overrides applied here that the hash lost (see the module's doc)."""
+        held = {key.decode() if isinstance(key, bytes) else key for key in stored}
+        known = self.flags.snapshot()
+        lost = [override for pool, override in self.applied.items() if pool not in held and pool in known]
+        if not lost:
+            return
+        self.log.warning("overrides_lost_by_store", key=self.hash_key, pools=[o.pool for o in lost],
+                         action="writing this replica's last-known overrides back")
+        for override in lost:
+            raw = await self._write([override.pool, override.mode.value, override.reason,
+                                     repr(override.written_at), "restore"])
+            self._apply_raw(raw, stored=True)  # this write, or the one another replica made first
 
     # Reads ---------------------------------------------------------------------
 
@@ -163,6 +196,7 @@ class SharedOverrides:
                 PART, lambda client: client.hgetall(self.hash_key))
             for raw in stored.values():
                 self._apply_raw(raw, stored=True)
+            await self._restore(stored)
 
     async def _listen(self) -> None:
         """Subscribe and apply each announced override until the connection breaks."""

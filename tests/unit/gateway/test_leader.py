@@ -111,6 +111,26 @@ def test_an_old_leaders_late_write_is_refused(redis_url: str) -> None:
 
 
 @pytest.mark.slow
+def test_after_the_store_lost_its_data_an_old_token_is_refused_and_a_new_leader_writes(redis_url: str) -> None:
+    async def main() -> None:
+        async with replicas(redis_url, 2) as (a, b):
+            await a.store.client.set(a.leader.fence_key, 5)  # five terms before this one
+            a.start()
+            old = await a.leads()
+            assert old == 6 and await a.verdicts.publish(old, off("low_acceptance: a"), {})
+            await a.die()  # it has not noticed yet: it still holds its token
+            await a.store.client.flushall()  # the lease, the fence counter and the verdicts are gone
+            # a token the store did not issue (its counter starts again) is refused
+            assert not await a.verdicts.publish(old, off("low_acceptance: late"), {})
+            assert await stored(a) == {} and a.leader.token is None
+            b.start()
+            new = await b.leads()
+            assert new == 1 and await b.verdicts.publish(new, off("low_acceptance: b"), {})
+            assert (await stored(b))["token"] == "1"
+    asyncio.run(main())
+
+
+@pytest.mark.slow
 def test_followers_apply_the_leaders_verdicts_even_without_the_message(redis_url: str) -> None:
     async def main() -> None:
         async with replicas(redis_url, 2) as (a, b):
