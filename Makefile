@@ -22,8 +22,11 @@ SYSTEM_TOOLS := prometheus:prometheus promtool:prometheus docker-compose:docker-
 run: $(STAMP)
 	$(VENV)/bin/specgate up
 
+# The fast loop runs its tests on CHECK_WORKERS processes (pytest-xdist).
+CHECK_WORKERS ?= 2
+
 check: $(STAMP) lint
-	$(VENV)/bin/pytest -m 'not slow and not e2e and not soak' $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(CHECK_WORKERS) -m 'not slow and not e2e and not soak' $(PYTEST_ARGS)
 
 test: $(STAMP) system-deps lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS)

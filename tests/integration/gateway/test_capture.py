@@ -81,6 +81,7 @@ def test_captured_prompts_hold_placeholders_not_pii(start_gateway, spec_fake, st
     assert metric(gw.url, "specgate_capture_redactions", '{kind="email"}') == 3
 
 
+@pytest.mark.slow  # seconds of wall time: it runs in `make test`, not `make check`
 def test_a_full_queue_drops_and_counts_and_requests_still_succeed(start_gateway, spec_fake, std_fake, tmp_path):
     gw = start_gateway(capture_policy(spec_fake.url, std_fake.url, tmp_path / "capture", queue=1))
     capture = gw.app.state.parts.capture

@@ -51,6 +51,7 @@ def streamed(client: openai.OpenAI) -> str:
         return response.headers["x-specgate-pool"]
 
 
+@pytest.mark.slow  # seconds of wall time: it runs in `make test`, not `make check`
 def test_requests_go_to_the_faster_pool_and_move_when_it_slows(start_gateway, spec_fake, std_fake):
     gateway = start_gateway(fastest_policy(spec_fake.url, std_fake.url))
     with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as client:

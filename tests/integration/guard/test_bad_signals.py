@@ -52,6 +52,7 @@ def good_vectors(instance: str) -> dict[str, list[tuple[dict[str, str], str]]]:
     }
 
 
+@pytest.mark.slow  # seconds of wall time: it runs in `make test`, not `make check`
 def test_nan_inf_and_empty_vectors_through_the_gateway(fakes, tmp_path):
     spec_fake, std_fake = fakes
     policy = policy_dict([spec_fake.url], [std_fake.url])

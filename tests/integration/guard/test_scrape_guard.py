@@ -7,6 +7,7 @@ import collections
 
 import httpx
 import openai
+import pytest
 import yaml
 
 from backends.serving.server import BackgroundServer
@@ -18,6 +19,7 @@ from tests.integration.gateway.conftest import ADMIN_TOKEN, policy_dict
 AUTH = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
+@pytest.mark.slow  # seconds of wall time: it runs in `make test`, not `make check`
 def test_scrape_guard_trips_on_traffic_and_probes_bring_it_back(fakes, tmp_path):
     spec_fake, std_fake = fakes
     spec_fake.spec_acceptance = 0.2  # each served token: one draft of 3 tokens, 1 accepted

@@ -43,6 +43,7 @@ def test_prompt_files(tmp_path):
     assert {p.domain for p in builtin_prompts()} >= {"chat", "code", "math", "summarization"}
 
 
+@pytest.mark.slow  # seconds of wall time: it runs in `make test`, not `make check`
 def test_bench_interleaves_targets_and_times_streams(tmp_path):
     with FakeVllm(model="m") as fast, FakeVllm(model="m", kind="standard") as slow:
         fast.script(text="a b c d e f g h", chunks=8, delay=0.002)
