@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import yaml
 from backends.serving.server import BackgroundServer
 from gateway.edge.app import create_app
 from gateway.settings import Settings
+from gateway.upstream.meter import Measurement
 from tests.fakes.vllm import FakeVllm
 
 ADMIN_TOKEN = "test-admin-token"
@@ -93,3 +95,11 @@ def start_gateway(tmp_path) -> Iterator[Callable[..., Gateway]]:
 @pytest.fixture
 def gateway(start_gateway, spec_fake, std_fake) -> Gateway:
     return start_gateway(policy_dict([spec_fake.url], [std_fake.url]))
+
+
+@pytest.fixture
+def measured(gateway: Gateway) -> queue.Queue[Measurement]:
+    """Each measurement the gateway hands to its sinks, as it is made."""
+    found: queue.Queue[Measurement] = queue.Queue()
+    gateway.app.state.proxy.recorder.sinks.append(found.put)
+    return found

@@ -5,7 +5,6 @@ speak both APIs as vLLM does (several tokens an event on the speculative pool)."
 from __future__ import annotations
 
 import asyncio
-import queue
 from collections.abc import Iterator
 
 import anthropic
@@ -13,7 +12,6 @@ import httpx
 import openai
 import pytest
 
-from gateway.upstream.meter import Measurement
 from tests.fakes.vllm import FakeVllm
 from tests.integration.gateway.conftest import ADMIN_TOKEN, Gateway, policy_dict
 
@@ -34,12 +32,6 @@ def std_fake() -> Iterator[FakeVllm]:
         fake.script(text="one two three four", chunks=CHUNKS * TOKENS)
         yield fake
 
-
-@pytest.fixture
-def measured(gateway: Gateway) -> queue.Queue[Measurement]:
-    found: queue.Queue[Measurement] = queue.Queue()
-    gateway.app.state.proxy.recorder.sinks.append(found.put)
-    return found
 
 
 OPENED: list[anthropic.Anthropic | openai.OpenAI] = []  # the clients a test made, closed after it

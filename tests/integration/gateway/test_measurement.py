@@ -14,7 +14,7 @@ import pytest
 
 from gateway.upstream.meter import Measurement
 from tests.fakes.vllm import FakeVllm
-from tests.integration.gateway.conftest import Gateway, policy_dict
+from tests.integration.gateway.conftest import policy_dict
 
 CHUNKS, TOKENS = 5, 4  # five events of four tokens each: a speculative pool's steps
 CREATED = re.compile(rb'"created":[0-9]+')  # the second the answer was made: differs between two requests
@@ -26,13 +26,6 @@ def spec_fake() -> Iterator[FakeVllm]:
         fake.script(text="one two three four five", chunks=CHUNKS, delay=0.01, tokens=TOKENS)
         yield fake
 
-
-@pytest.fixture
-def measured(gateway: Gateway) -> queue.Queue[Measurement]:
-    """Each measurement the gateway hands to its sinks, as it is made."""
-    found: queue.Queue[Measurement] = queue.Queue()
-    gateway.app.state.proxy.recorder.sinks.append(found.put)
-    return found
 
 
 def client(base_url: str) -> openai.OpenAI:
