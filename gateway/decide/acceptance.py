@@ -61,9 +61,15 @@ class Acceptance:
         self._decay_rate = -math.log(2) / half_life_s
         self._clock = clock
         self._pairs: OrderedDict[tuple[str, str], list[float]] = OrderedDict()  # [weight, mean, at]
+        self._prior: dict[str, float] = {}  # the priors' rate per class, looked up once
 
     def prior(self, cls: str) -> float:
-        return self.priors.acceptance_of(*split_class(cls))
+        prior = self._prior.get(cls)
+        if prior is None:
+            prior = self.priors.acceptance_of(*split_class(cls))
+            if len(self._prior) < self.max_pairs:  # classes are few; a flood of odd names is not kept
+                self._prior[cls] = prior
+        return prior
 
     def observe(self, pool: str, cls: str, length: float, drafts: int) -> None:
         """One answer's mean tokens per step at `drafts` drafted tokens; an unusable one is left out."""
@@ -83,13 +89,14 @@ class Acceptance:
         pair[1] += (rate - pair[1]) / weight
         pair[0], pair[2] = weight, now
 
-    def rate(self, pool: str, cls: str) -> float:
-        """The estimate: remembered answers against the prior's weight."""
+    def rate(self, pool: str, cls: str, now: float | None = None) -> float:
+        """The estimate: remembered answers against the prior's weight (`now`: the clock, if read already)."""
         prior = self.prior(cls)
         pair = self._pairs.get((pool, cls))
         if pair is None:
             return prior
-        weight = pair[0] * math.exp(self._decay_rate * (self._clock() - pair[2]))
+        now = self._clock() if now is None else now
+        weight = pair[0] * math.exp(self._decay_rate * (now - pair[2]))
         w0 = self.priors.weight
         return (weight * pair[1] + w0 * prior) / (weight + w0)
 

@@ -116,8 +116,8 @@ def fastest(pools: Sequence[str], features: Features, traffic: str, tokens: int,
     estimates = []
     for pool in pools:
         load = features.load.get(pool, 0)
-        predicted = model.predict(pool, traffic, load, tokens)
-        added = load * tokens / 2 * model.marginal_tpot(pool, traffic, load) if load else 0.0
+        predicted, slope = model.estimate(pool, traffic, load, tokens)
+        added = load * tokens / 2 * slope
         # LatencyModel.sample's draw, from the prediction in hand rather than a second lookup
         sample = predicted.e2e_s if rng is None else max(0.0, rng.gauss(predicted.e2e_s, predicted.stddev_e2e))
         estimates.append(Estimate(pool, load, predicted, added, sample + added))

@@ -111,6 +111,7 @@ class LatencyModel:
         self._prior_tables: dict[Schedule, tuple[list[float], list[float]]] = {}
         self._scale = [1.0, 1.0]  # measured over prior, TTFT and step time, across the pools that answered
         self._cold: dict[Schedule, Pair] = {}
+        self._step_costs: dict[tuple[float, int], float] = {}  # (batch, drafts) -> a drafting step over a plain one
 
     def __len__(self) -> int:
         return len(self._pairs)
@@ -124,14 +125,19 @@ class LatencyModel:
         drafts = self.schedule(pool).drafts(max(batch, 1))
         return tokens_per_step(self.acceptance.rate(pool, cls), drafts) if drafts else 1.0
 
-    def _per_plain_step(self, pool: str, cls: str, batch: float) -> float:
-        """A class's TPOT on `pool` at `batch`, per unit of plain-equivalent step time: the
-        drafting step's cost over a plain one's, by the priors, over the tokens it yields."""
-        drafts = self.schedule(pool).drafts(max(round(batch), 1))
+    def _per_plain_step(self, schedule: Schedule, rate: float, batch: float) -> float:
+        """A class's TPOT at `batch` on a pool that drafts by `schedule`, its draft accepted at
+        `rate`, per unit of plain-equivalent step time: the drafting step's cost over a plain
+        one's, by the priors, over the tokens it yields."""
+        drafts = schedule.drafts(max(round(batch), 1))
         if not drafts:
             return 1.0
-        cost = self.priors.step(batch, drafts) / self.priors.step(batch, 0)
-        return cost / tokens_per_step(self.acceptance.rate(pool, cls), drafts)
+        cost = self._step_costs.get((batch, drafts))
+        if cost is None:  # a pure function of the priors: kept, bounded
+            cost = self.priors.step(batch, drafts) / self.priors.step(batch, 0)
+            if len(self._step_costs) < 4096:
+                self._step_costs[batch, drafts] = cost
+        return cost / tokens_per_step(rate, drafts)
 
     def observe(self, pool: str, cls: str, load: int, ttft_s: float | None, tpot_s: float | None,
                 per_step: float | None = None, drafts: int | None = None) -> None:
@@ -167,27 +173,50 @@ class LatencyModel:
             target.updated = now
 
     def predict(self, pool: str, cls: str, load: int, expected_tokens: float) -> Prediction:
-        pair = self._current(pool, cls)
-        keep = math.exp(self._decay_rate * (self._clock() - pair.fitted_at)) if pair.fitted_at > -math.inf else 1.0
-        ttft, ttft_var, ttft_seen = pair.ttft.read(load_bucket(load, self._last), keep)
-        step, step_var, tpot_seen = pair.tpot.read(load_bucket(load + 1, self._last), keep)
-        factor = self._per_plain_step(pool, cls, load + 1)
-        tpot, tpot_var = step * factor, step_var * factor * factor
-        variance = ttft_var + expected_tokens * expected_tokens * tpot_var
-        return Prediction(ttft, tpot, ttft + expected_tokens * tpot, min(ttft_seen, tpot_seen), math.sqrt(variance))
+        pair, schedule, rate, keep = self._read(pool, cls)
+        return self._prediction(pair, schedule, rate, keep, load, expected_tokens)
 
     def marginal_tpot(self, pool: str, cls: str, load: int) -> float:
         """How much one more running sequence slows each token of `pool`'s batch at
         `load`: the slope of the class's fitted curve from this bucket to the next."""
+        pair, schedule, rate, _ = self._read(pool, cls)
+        return self._slope(pair, schedule, rate, load)
+
+    def estimate(self, pool: str, cls: str, load: int, expected_tokens: float) -> tuple[Prediction, float]:
+        """`predict` and `marginal_tpot` at once, as routing asks for both: one refit check,
+        one read of the clock and of the class's acceptance."""
+        pair, schedule, rate, keep = self._read(pool, cls)
+        return (self._prediction(pair, schedule, rate, keep, load, expected_tokens),
+                self._slope(pair, schedule, rate, load))
+
+    def _read(self, pool: str, cls: str) -> tuple[Pair, Schedule, float, float]:
+        """The class's current tables, the pool's schedule, the class's acceptance there, and
+        how much of the tables' weight is still remembered."""
         pair = self._current(pool, cls)
+        now = self._clock()
+        keep = math.exp(self._decay_rate * (now - pair.fitted_at)) if pair.fitted_at > -math.inf else 1.0
+        schedule = self.schedule(pool)
+        rate = self.acceptance.rate(pool, cls, now) if schedule.ever_drafts else 0.0
+        return pair, schedule, rate, keep
+
+    def _prediction(self, pair: Pair, schedule: Schedule, rate: float, keep: float, load: int,
+                    expected_tokens: float) -> Prediction:
+        ttft, ttft_var, ttft_seen = pair.ttft.read(load_bucket(load, self._last), keep)
+        step, step_var, tpot_seen = pair.tpot.read(load_bucket(load + 1, self._last), keep)
+        factor = self._per_plain_step(schedule, rate, load + 1)
+        tpot, tpot_var = step * factor, step_var * factor * factor
+        variance = ttft_var + expected_tokens * expected_tokens * tpot_var
+        return Prediction(ttft, tpot, ttft + expected_tokens * tpot, min(ttft_seen, tpot_seen), math.sqrt(variance))
+
+    def _slope(self, pair: Pair, schedule: Schedule, rate: float, load: int) -> float:
         here = load_bucket(load + 1, self._last)
         there = min(here + 1, self._last)
         if there == here:
             here -= 1
         table = pair.tpot.fit_mean
         low, high = bucket_load(here), bucket_load(there)
-        rise = (table[there] * self._per_plain_step(pool, cls, high + 1)
-                - table[here] * self._per_plain_step(pool, cls, low + 1))
+        rise = (table[there] * self._per_plain_step(schedule, rate, high + 1)
+                - table[here] * self._per_plain_step(schedule, rate, low + 1))
         return max(0.0, rise / (high - low))
 
     def sample(self, pool: str, cls: str, load: int, tokens: float, rng: random.Random) -> float:

@@ -1,0 +1,116 @@
+"""Cost of the whole routing decision per request, admission included.
+
+What the gateway computes before it sends a request anywhere, with the shipped
+default policy (`route: fastest` over the speculative and standard pools):
+the body's features (prompt, domain, temperature, load), the rules, each
+candidate's predicted E2E and cost to the fleet from a latency model that has
+measured every pool and class (tables fitted, as on a busy gateway), the
+Thompson draw, and the admission verdict. Admission is timed twice: with the
+shipped pools (no `slo`, so the verdict is "admit" at once) and with
+`slo: {tpot_s: 0.05}` on both pools at loads where every candidate is past it,
+the case where the gate walks each candidate's curve down to where it has room.
+
+Loads are drawn from 0-300 per pool per call; prompts are short chat turns,
+a short code turn and 4 KB documents, each at temperatures 0, 0.7 and 1.3.
+Per call, in microseconds of the thread's CPU time (a loaded machine inflates
+wall-clock samples with time spent descheduled; CPU time is what an idle
+machine's wall clock would show, less cache effects). Rows: the features
+(parse the body's fields, classify the prompt), then the decision on them
+(rules, each candidate's prediction and cost, the draw), then admission's
+verdict, and the three together.
+
+    python bench/decision.py [--calls 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.decide.admission import hold
+from gateway.decide.features import extract_features
+from gateway.decide.latency import LatencyModel, LatencyPriors
+from gateway.decide.policy import Policy, PoolSpec, load_policy
+from gateway.decide.routing import decide
+from gateway.flags import FlagStore
+from gateway.policy.classes import traffic_class
+from gateway.policy.priors import SloSpec
+from gateway.settings import default_policy_path
+
+WORDS = ("river valley stone water mountain light quiet morning evening north wind field road city "
+         "people story letter window garden bread music").split()
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def warmed(policy: Policy, rng: random.Random) -> LatencyModel:
+    """A model that has seen answers of every pool and class at loads 1-256, as a busy gateway has."""
+    routing = policy.spec.routing
+    model = LatencyModel(policy.schedules, LatencyPriors(routing.priors), half_life_s=routing.half_life_s)
+    domains = (*policy.spec.domains, policy.spec.default_domain)
+    for _ in range(4000):
+        pool = rng.choice(list(policy.pools))
+        cls = traffic_class(rng.choice(domains), rng.choice((0.0, 0.3, 0.8, 1.3)))
+        load = rng.randint(1, 256)
+        per_step = 2.0 if pool in policy.speculative_pools else None
+        model.observe(pool, cls, load, 0.05 + load * 1e-4, 0.02 + load * 5e-5, per_step=per_step)
+    return model
+
+
+def bodies(rng: random.Random) -> list[dict[str, Any]]:
+    document = " ".join(rng.choice(WORDS) for _ in range(700))[:4096]
+    short = "What should I plant in a small garden in the north?"
+    out = []
+    for prompt in (short, document, "```python\ndef f(x):\n    return x\n```\nrefactor this"):
+        for temperature in (0.0, 0.7, 1.3):
+            out.append({"model": "m", "messages": [{"role": "user", "content": prompt}],
+                        "temperature": temperature, "max_tokens": 256, "stream": True})
+    return out
+
+
+def with_slo(policy: Policy, tpot_s: float) -> Mapping[str, PoolSpec]:
+    return {name: spec.model_copy(update={"slo": SloSpec(tpot_s=tpot_s)}) for name, spec in policy.pools.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=20000)
+    args = parser.parse_args()
+    policy = load_policy(default_policy_path())
+    rng = random.Random(1)
+    model = warmed(policy, rng)
+    flags = FlagStore(list(policy.speculative_pools)).snapshot()
+    requests = bodies(rng)
+    draw = random.Random(2)
+    print("| loads | pools' slo | features p50 | decide p50 | admission p50 | all p50 µs | all p90 µs | all p99 µs |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, low, pools, slo in (("0-300", 0, policy.pools, "none (shipped)"),
+                                  ("200-300", 200, with_slo(policy, 0.02), "tpot_s 0.02, every pool past it")):
+        loads = [{pool: rng.randint(low, 300) for pool in policy.pools} for _ in range(1024)]
+        parts: dict[str, list[float]] = {"features": [], "decide": [], "admission": [], "all": []}
+        for i in range(args.calls):
+            body, load = requests[i % len(requests)], loads[i % len(loads)]
+            t0 = time.thread_time_ns()
+            features = extract_features(body, "chat", policy.defaults, policy.classifier, load)
+            t1 = time.thread_time_ns()
+            found = decide(features, policy, flags, draw.random(), model, draw).fastest
+            t2 = time.thread_time_ns()
+            if found is not None:
+                hold(found, pools, model, ahead=i % 4)
+            t3 = time.thread_time_ns()
+            for part, ns in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t3 - t0), strict=True):
+                parts[part].append(ns / 1000)
+        whole = parts["all"]
+        print(f"| {name} | {slo} | " + " | ".join(f"{statistics.median(parts[p]):.1f}" for p in list(parts)[:3])
+              + f" | {statistics.median(whole):.1f} | {percentile(whole, 0.9):.1f} | {percentile(whole, 0.99):.1f} |")
+
+
+if __name__ == "__main__":
+    main()
