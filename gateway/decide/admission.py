@@ -7,18 +7,23 @@ objective (the predicted TPOT at load + 1 over `tpot_s`, or TTFT over
 theirs; holding it at the gateway keeps their batch where they meet it. So it
 waits, in priority order, and is routed again the moment a lease comes back.
 
-Holding must pay, and the model says when it does. The request's own objective
-is `ttft_s + tokens x tpot_s` (without `ttft_s` the first token counts within
-the per-token objective, as "E2E per output token" does). Once it goes in, at
-the highest load where one more request meets the objective, it takes its
-predicted E2E there; its budget for waiting is the objective minus that. The
-wait it can expect is one lease coming back per `E2E / load` for every request
-held ahead of it, plus one. A request whose expected wait exceeds its budget would miss its objective
-waiting too, so it goes in at once: light load never holds (an idle candidate,
-or one under its objective, takes it), and neither does a trace where holding
-would not pay. A held request whose budget runs out is admitted then, never
-refused for having waited: the queue's own deadline and its 429/503 are for
-pools at their in-flight limits (queue.py).
+Holding must pay, and the model says when it does, in the currency placement
+already uses: the cost to the fleet (fastest.py), the request's own E2E plus
+the delay it adds to every sequence running where it goes. Sent now, to a
+candidate at load L, it costs E2E(L) + added(L). Held, it goes in at the
+highest load below L where one more request meets the objective (`room`),
+after a wait of one lease coming back per `E2E(L) / L` for every request
+above `room` and every request held ahead of it, and then costs
+wait + E2E(room) + added(room). It is held when that is less: its budget is
+the difference without the wait, and the candidate kept is the one where the
+margin is widest. Above the knee of a pool's curve the delay added to a full
+batch dwarfs a short wait, so a burst is held; close to the objective, or
+with a long queue ahead, the wait eats the gain and the request goes in.
+Light load never holds (an idle candidate, or one under its objective, takes
+it), and neither does a pool so slow that no load meets the objective (no
+`room`: waiting cannot bring it back). A held request whose budget runs out is
+admitted then, never refused for having waited: the queue's own deadline and
+its 429/503 are for pools at their in-flight limits (queue.py).
 
 Pure functions of the decision: the cost is nothing unless every candidate is
 over its objective, and then one more prediction per candidate.
@@ -31,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.decide.fastest import Estimate, Fastest
-from gateway.decide.latency import LatencyModel, Prediction
+from gateway.decide.latency import LatencyModel
 from gateway.decide.policy import PoolSpec
 from gateway.policy.priors import SloSpec
 
@@ -56,40 +61,43 @@ def over(estimate: Estimate, slo: SloSpec) -> bool:
 
 
 def hold(found: Fastest, pools: Mapping[str, PoolSpec], model: LatencyModel, ahead: int) -> Hold | None:
-    """A `Hold` when every candidate is past its objective and waiting pays; None: admit now.
-    `ahead`: requests already held that go before this one."""
-    budget = wait = 0.0
+    """A `Hold` when every candidate is past its objective and waiting costs the fleet less
+    than going in now; None: admit now. `ahead`: requests already held that go before this one."""
+    best: tuple[float, float] | None = None  # (budget, expected wait) of the widest margin
     for estimate in found.estimates:
         spec = pools.get(estimate.pool)
         slo = None if spec is None else spec.slo
         if slo is None or estimate.load == 0 or not over(estimate, slo):
             return None  # a candidate with room, or with no objective: nothing to keep
-        found_room = _admissible(estimate, slo, model, found.traffic, found.tokens)
-        if found_room is None:
-            continue
-        room, admitted = found_room
-        objective = (slo.ttft_s or 0.0) + found.tokens * (slo.tpot_s or admitted.tpot_s)
-        if objective - admitted.e2e_s > budget:
-            budget = objective - admitted.e2e_s
-            # one lease back per E2E / load, until the load is down to `room` with those ahead gone in
-            wait = (estimate.load - room + ahead) * estimate.predicted.e2e_s / estimate.load
-    if budget <= 0 or wait > budget:
+        room = _admissible(estimate, slo, model, found.traffic, found.tokens)
+        if room is None:
+            continue  # no load meets the objective there: waiting cannot bring it back
+        load, later = room
+        budget = estimate.cost_s - later
+        # one lease back per E2E / load, until the load is down to `load` with those ahead gone in
+        wait = (estimate.load - load + ahead) * estimate.predicted.e2e_s / estimate.load
+        if wait < budget and (best is None or budget - wait > best[0] - best[1]):
+            best = budget, wait
+    if best is None:
         return None
+    budget, wait = best
     return Hold(tuple(e.pool for e in found.estimates), budget, wait,
-                f"every candidate is past its objective at one more request; waiting pays "
+                f"every candidate is past its objective at one more request; waiting costs the fleet less "
                 f"(expected {wait:.3f} s of {budget:.3f} s)")
 
 
 def _admissible(estimate: Estimate, slo: SloSpec, model: LatencyModel, traffic: str,
-                tokens: int) -> tuple[int, Prediction] | None:
-    """The highest load below the estimate's where one more request meets the objective, and the
-    prediction there: where the held request would go in. The model's curves step at its load
-    buckets (batches of 2^j to 2^(j+1) - 1), so the walk goes to the top of each bucket below."""
+                tokens: int) -> tuple[int, float] | None:
+    """The highest load below the estimate's where one more request meets the objective, and
+    the request's cost to the fleet there: where a held request would go in. The model's curves
+    step at its load buckets (batches of 2^j to 2^(j+1) - 1), so the walk goes to the top of
+    each bucket below."""
     batch = estimate.load + 1
     while batch > 1:
         batch = (1 << (batch.bit_length() - 1)) - 1
-        predicted = model.predict(estimate.pool, traffic, batch - 1, tokens)
+        load = batch - 1
+        predicted, slope = model.estimate(estimate.pool, traffic, load, tokens)
         if (slo.tpot_s is None or predicted.tpot_s <= slo.tpot_s) and (
                 slo.ttft_s is None or predicted.ttft_s <= slo.ttft_s):
-            return batch - 1, predicted
+            return load, predicted.e2e_s + load * tokens / 2 * slope
     return None

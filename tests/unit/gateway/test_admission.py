@@ -11,6 +11,7 @@ from gateway.decide.fastest import fastest
 from gateway.decide.features import Features
 from gateway.decide.latency import LatencyModel
 from gateway.decide.policy import parse_policy
+from gateway.policy.priors import SloSpec
 from gateway.upstream.admission import AdmissionGate
 
 POLICY = parse_policy("""version: 1
@@ -48,16 +49,25 @@ def test_light_load_is_never_held() -> None:
         assert hold(found, POLICY.pools, model, ahead=0) is None, load
 
 
-def test_every_candidate_past_its_objective_holds_while_waiting_pays() -> None:
-    # both past 20 ms a token at one more; three requests fewer they are back under it
+def test_every_candidate_past_its_objective_holds_while_waiting_costs_the_fleet_less() -> None:
+    # both past 20 ms a token at one more; a few requests fewer they are back under it
     found, model = decide({"spec": 33, "std": 33})
     held = hold(found, POLICY.pools, model, ahead=0)
     assert held is not None and set(held.pools) == {"spec", "std"}
     assert 0 < held.expected_wait_s < held.budget_s
-    # far above the knee, or with many held ahead of it, the wait would eat the budget: it goes in at once
-    far, far_model = decide({"spec": 45, "std": 45})
-    assert hold(far, POLICY.pools, far_model, ahead=0) is None
+    # the budget is what going in now costs the fleet over going in at the load with room
+    assert held.budget_s < found.estimates[0].cost_s
+    # with many held ahead of it, the wait would eat the gain: it goes in at once
     assert hold(found, POLICY.pools, model, ahead=10_000) is None
+
+
+def test_far_past_the_knee_a_burst_is_held() -> None:
+    # sent in, it slows a full batch past its objective; held, it goes in where one more meets it
+    for load in (60, 200, 600):
+        found, model = decide({"spec": load, "std": load})
+        held = hold(found, POLICY.pools, model, ahead=0)
+        assert held is not None, load
+        assert held.expected_wait_s < held.budget_s < max(e.cost_s for e in found.estimates)
 
 
 def test_a_pool_without_an_objective_always_has_room() -> None:
@@ -65,9 +75,11 @@ def test_a_pool_without_an_objective_always_has_room() -> None:
     assert hold(found, POLICY.pools, model, ahead=0) is None
 
 
-def test_far_past_the_objective_holding_does_not_pay() -> None:
-    found, model = decide({"spec": 600, "std": 600})  # even one lower it would miss its objective
-    assert hold(found, POLICY.pools, model, ahead=0) is None
+def test_an_objective_no_load_meets_is_never_waited_for() -> None:
+    strict = {name: spec.model_copy(update={"slo": SloSpec(tpot_s=0.001)}) for name, spec in POLICY.pools.items()}
+    for load in (1, 33, 600):
+        found, model = decide({"spec": load, "std": load})
+        assert hold(found, strict, model, ahead=0) is None, load
 
 
 def test_the_gate_releases_by_priority_then_arrival_and_spends_budgets() -> None:
