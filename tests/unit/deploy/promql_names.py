@@ -11,14 +11,14 @@ from __future__ import annotations
 import re
 
 # The metric contract (shared/DESIGN.md) and the wait queue's metrics
-# (gateway/upstream/queue_metrics.py), as exposed on /metrics: counters end in
+# (gateway/upstream/queue_metrics.py) and admission's and acceptance's, as exposed on /metrics: counters end in
 # _total, histograms are queried through _bucket/_sum/_count.
 GATEWAY_COUNTERS = ("requests", "upstream_errors", "retries", "flag_flips", "policy_reloads", "queue_waits",
-                    "route_decisions")
+                    "route_decisions", "admission_holds")
 GATEWAY_HISTOGRAMS = ("request_duration_seconds", "time_to_first_byte_seconds", "overhead_seconds",
-                      "queue_seconds", "predicted_e2e_seconds")
+                      "queue_seconds", "predicted_e2e_seconds", "admission_wait_seconds")
 GATEWAY_GAUGES = ("in_flight", "endpoint_healthy", "speculative_enabled", "guard_up", "queue_waiting",
-                  "state_up", "state_configured")
+                  "state_up", "state_configured", "admission_held", "acceptance_rate")
 VLLM_COUNTERS = (
     "spec_decode_num_drafts",
     "spec_decode_num_draft_tokens",
