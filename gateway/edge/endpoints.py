@@ -129,13 +129,15 @@ class ProxyEndpoints:
         body = parse_json_body(raw)
         routed = self.route(body, endpoint, request.headers)
         priority = request_priority(request.headers, grant, self.runtime.policy, routed.decision.rule)
-        routed = await self._admitted(routed, body, endpoint, request.headers, priority)
+        routed, held = await self._admitted(routed, body, endpoint, request.headers, priority)
         # Every latency of the exchange (TTFT, duration, what the latency model learns) runs from
         # here, the body complete and admitted: a slow upload is the client's own time, bounded by
         # body_timeout_s, and a hold at the gateway is not the pool's.
         started = time.perf_counter()
         decision, features = routed.decision, routed.features
         span = trace_decision(request, endpoint, body, routed)
+        if held is not None:
+            span.set({"specgate.admission.wait_s": held[0], "specgate.admission.outcome": held[1]})
         check_limits(body, Limits(n=self.settings.max_n, max_tokens=self._max_tokens(decision.pool)))
         self._count(decision, endpoint)
         traffic = self._traffic_class(features)
@@ -164,9 +166,10 @@ class ProxyEndpoints:
         return {"held_now": gate.held, "hold": None if held is None else held.to_json()}
 
     async def _admitted(self, routed: Routed, body: Mapping[str, Any], endpoint: str, headers: Mapping[str, str],
-                        priority: int) -> Routed:
+                        priority: int) -> tuple[Routed, tuple[float, str] | None]:
         """`routed`, or, while every candidate is past its objective and waiting pays, the
-        decision taken again each time a lease comes back (gateway/decide/admission.py)."""
+        decision taken again each time a lease comes back (gateway/decide/admission.py);
+        with how long it was held and how that ended, if it was."""
         gate, first, deadline = self.runtime.gate, None, 0.0
         rank = (0, 0)
         while routed.decision.fastest is not None and self.latency is not None:
@@ -190,7 +193,8 @@ class ProxyEndpoints:
             self.metrics.admission_wait.observe(waited)
             self.metrics.admission_holds.labels(outcome).inc()
             self.log.info("admission_held", waited=round(waited, 4), outcome=outcome, pool=routed.decision.pool)
-        return routed
+            return routed, (waited, outcome)
+        return routed, None
 
     async def passthrough(self, request: Request) -> ASGIApp:
         """Any other /v1/* path goes to the policy's default pool as it is."""

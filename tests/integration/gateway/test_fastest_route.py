@@ -168,3 +168,55 @@ def test_a_full_chosen_pool_spills_to_the_next_candidate(start_gateway, spec_fak
         hold.set()
         first.join()
     assert (served, reason) == ("speculative", "fallback:full")
+
+
+def test_a_request_past_every_objective_waits_at_the_gateway_until_a_lease_comes_back(
+        start_gateway, spec_fake, std_fake):
+    """Both pools state `slo: {tpot_s: 0.01}` and are measured far past it with one
+    request running; one more would slow that batch, so it is held at the gateway
+    (not sent, not refused) and goes in once the running requests finish."""
+    policy = fastest_policy(spec_fake.url, std_fake.url)
+    for pool in policy["pools"].values():
+        pool["slo"] = {"tpot_s": 0.01}
+    gateway = start_gateway(policy)
+    model = gateway.app.state.parts.latency
+    for pool in ("speculative", "standard"):
+        for _ in range(50):  # alone: far under the objective; with company: past it, and steeply
+            model.observe(pool, "chat/greedy", 0, 0.01, 0.001)
+            model.observe(pool, "chat/greedy", 2, 0.01, 0.05)
+            model.observe(pool, "chat/greedy", 5, 0.01, 0.5)
+    holds = [spec_fake.hold(), std_fake.hold()]
+    served: list[str] = []
+    with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as client:
+        running = [threading.Thread(target=routed_to, args=(client, pool)) for pool in ("speculative", "standard")]
+        for thread in running:
+            thread.start()
+        while len(spec_fake.completion_requests()) + len(std_fake.completion_requests()) < 2:
+            time.sleep(0.01)  # one request runs on each pool, paused after its first chunk
+        extra = threading.Thread(target=lambda: served.append(streamed(client)))
+        extra.start()
+        while gauge(gateway, "specgate_admission_held") < 1:
+            time.sleep(0.01)
+        assert len(spec_fake.completion_requests()) + len(std_fake.completion_requests()) == 2, "not sent on"
+        for hold in holds:
+            hold.set()
+        for thread in (*running, extra):
+            thread.join()
+    assert len(served) == 1 and served[0] in ("speculative", "standard")
+    assert gauge(gateway, "specgate_admission_held") == 0
+    assert gauge(gateway, 'specgate_admission_holds_total{outcome="released"}') == 1
+
+
+def routed_to(client: openai.OpenAI, pool: str) -> None:
+    with client.chat.completions.with_streaming_response.create(
+            model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=16, temperature=0,
+            stream=True, extra_headers={"x-specgate-route": pool}) as response:
+        for _ in response.iter_lines():
+            pass
+
+
+def gauge(gateway: Gateway, series: str) -> float:
+    for line in httpx.get(gateway.url + "/metrics").text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return 0.0
