@@ -11,6 +11,15 @@ exponentially forgetting mean shrunk toward the policy's prior for the class
 (`routing.priors.acceptance`), so a draft that degrades is followed in a few
 half-lives and an unseen class starts from the playbook's matrix.
 
+It forgets on evidence, not on silence: a new answer outweighs the ones
+before it by their age, but while a class sends nothing to the pool its
+estimate stays where its last answers left it. A draft's acceptance is the
+draft model's, and it does not drift back to the prior because nobody asked.
+Forgetting by the clock alone made a class that the prior sends elsewhere (hot
+sampling, predicted to collapse) unlearnable: its rare explored answers were
+forgotten before the next one came, so the prior always won, however well the
+draft did.
+
 Called from the event loop only. Memory is bounded by `max_pairs`.
 """
 
@@ -89,18 +98,17 @@ class Acceptance:
         pair[1] += (rate - pair[1]) / weight
         pair[0], pair[2] = weight, now
 
-    def rate(self, pool: str, cls: str, now: float | None = None) -> float:
-        """The estimate: remembered answers against the prior's weight (`now`: the clock, if read already)."""
+    def rate(self, pool: str, cls: str) -> float:
+        """The estimate: the answers' weight as the last one left it, against the prior's."""
         prior = self.prior(cls)
         pair = self._pairs.get((pool, cls))
         if pair is None:
             return prior
-        now = self._clock() if now is None else now
-        weight = pair[0] * math.exp(self._decay_rate * (now - pair[2]))
+        weight = pair[0]
         w0 = self.priors.weight
         return (weight * pair[1] + w0 * prior) / (weight + w0)
 
     def snapshot(self) -> list[dict[str, Any]]:
         return [{"pool": pool, "class": cls, "rate": round(self.rate(pool, cls), 4), "prior": self.prior(cls),
-                 "samples": round(pair[0] * math.exp(self._decay_rate * (self._clock() - pair[2])), 3)}
+                 "samples": round(pair[0], 3), "last_answer_s_ago": round(self._clock() - pair[2], 3)}
                 for (pool, cls), pair in self._pairs.items()]

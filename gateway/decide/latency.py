@@ -196,7 +196,7 @@ class LatencyModel:
         now = self._clock()
         keep = math.exp(self._decay_rate * (now - pair.fitted_at)) if pair.fitted_at > -math.inf else 1.0
         schedule = self.schedule(pool)
-        rate = self.acceptance.rate(pool, cls, now) if schedule.ever_drafts else 0.0
+        rate = self.acceptance.rate(pool, cls) if schedule.ever_drafts else 0.0
         return pair, schedule, rate, keep
 
     def _prediction(self, pair: Pair, schedule: Schedule, rate: float, keep: float, load: int,

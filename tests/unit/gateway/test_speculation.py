@@ -107,6 +107,22 @@ def test_acceptance_starts_at_the_prior_and_follows_a_degrading_draft() -> None:
     assert acceptance.rate("other", "code/greedy") == 0.85  # per pool
 
 
+def test_silence_forgets_nothing_and_a_new_answer_outweighs_old_ones() -> None:
+    """A class the prior sends elsewhere is explored rarely: what its few answers
+    taught must still count when the next decision comes, minutes later."""
+    clock = Clock()
+    acceptance = Acceptance(clock=clock)
+    for _ in range(3):
+        clock.now += 1.0
+        acceptance.observe("spec", "chat/hot", tokens_per_step(0.55, 3), 3)
+    learned = acceptance.rate("spec", "chat/hot")
+    assert 0.4 < learned < 0.55  # nearly three answers (0.55) against the prior's one (0.15)
+    clock.now += 600
+    assert acceptance.rate("spec", "chat/hot") == learned
+    acceptance.observe("spec", "chat/hot", tokens_per_step(0.2, 3), 3)  # ten minutes on, the draft degraded
+    assert acceptance.rate("spec", "chat/hot") == pytest.approx((0.2 + 0.15) / 2, abs=0.01)
+
+
 SCHEDULES = {"spec": schedule_of(PoolKind.SPECULATIVE, 3), "std": schedule_of(PoolKind.STANDARD, 3),
              "dyn": schedule_of(PoolKind.DYNAMIC, 3, [[1, 7, 3]])}
 
