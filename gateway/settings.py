@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     max_header_bytes: int = 32 * 1024  # request line and headers, counted as they arrive (431 past it)
     max_headers: int = 100  # header lines; more get 431
     header_timeout_s: float = 10.0  # a request's line and headers must arrive within this
+    # An idle client connection is closed after this: longer than clients keep theirs (httpx, and so the
+    # openai and anthropic clients, 5 s), so the client closes first and never sends on a closing socket
+    keep_alive_s: float = Field(default=75.0, gt=0)
     keepalive_s: float = 10.0
     write_timeout_s: float = 30.0  # one write to a client that stopped reading; at most the pool's total_s
     max_n: int = 16  # `n` and `best_of`
