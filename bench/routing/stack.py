@@ -15,6 +15,7 @@ Each way starts fresh (new simulators, new gateway) and is stopped after.
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
 import time
@@ -58,9 +59,11 @@ def default_policy() -> dict[str, Any]:
     return loaded
 
 
-def replica_kinds(policy: dict[str, Any]) -> list[str]:
-    """One kind per endpoint the policy lists, pool by pool: the replicas its gateway way runs on."""
-    return [pool["kind"] for pool in policy["pools"].values() for _ in pool["endpoints"]]
+def replica_kinds(policy: dict[str, Any]) -> list[tuple[str, list[list[int]] | None]]:
+    """One (kind, stated schedule) per endpoint the policy lists, pool by pool: the replicas its
+    gateway way runs on, a dynamic one drafting by its pool's `speculation_schedule`."""
+    return [(pool["kind"], pool.get("speculation_schedule")) for pool in policy["pools"].values()
+            for _ in pool["endpoints"]]
 
 
 def gateway_policy(policy: dict[str, Any], urls: list[str]) -> dict[str, Any]:
@@ -109,12 +112,13 @@ def start(way: str, work: Path, time_scale: float, sim_args: list[str],
           gateway: dict[str, Any] | None = None) -> Stack:
     """`gateway`: the gateway way's policy (default.yaml when None)."""
     gateway = gateway or default_policy()
-    kinds = replica_kinds(gateway) if way == "gateway" else WAYS[way]
+    kinds = replica_kinds(gateway) if way == "gateway" else [(kind, None) for kind in WAYS[way]]
     procs, urls = [], []
-    for seed, kind in enumerate(kinds, 1):
+    for seed, (kind, schedule) in enumerate(kinds, 1):
         port = free_port()
+        stated = [] if schedule is None else ["--speculation-schedule", json.dumps(schedule)]
         procs.append(_spawn(["sim", "--kind", kind, "--port", str(port), "--model", MODEL,
-                             "--time-scale", str(time_scale), "--seed", str(seed), *sim_args]))
+                             "--time-scale", str(time_scale), "--seed", str(seed), *sim_args, *stated]))
         urls.append(f"http://127.0.0.1:{port}")
     policy = gateway_policy(gateway, urls) if way == "gateway" else fixed_policy(way, urls, sim_schedule(sim_args))
     path = work / f"policy-{way}.yaml"
