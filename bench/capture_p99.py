@@ -6,9 +6,10 @@ fake backend (bench/fast_upstream.py), all on 127.0.0.1. In each, a few
 innocent clients send small chat requests one after another while big clients,
 in a process of their own (their event loop is not the innocent clients'),
 send a bounded number of 8 MB prompts; the innocent requests' p50 and p99 are
-reported. `quiet` runs the innocent clients alone, as the baseline; `direct`
-sends the same load to the backend with no gateway between (what the load
-generator and the backend cost by themselves). With capture on, the
+reported, with the CPU time the gateway used meanwhile. `quiet` runs the
+innocent clients alone, as the baseline; `direct` sends the same load to the
+backend with no gateway between (what the load generator and the backend
+cost by themselves). With capture on, the
 measurement starts once the scrubber is built (`scrubber_ready_s`: presidio's
 models load on the first captured prompt, once per process). `--baseline REF`
 also runs the gateway as of git commit REF in the same run.
@@ -107,14 +108,24 @@ def run(name: str, capture: bool, with_big: bool, upstream: int, tmp: Path, args
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         asyncio.run(innocent(url, 40, 4))  # warm up
         ready_s = scrubber_ready(port) if capture else None
+        cpu_before = cpu_seconds(proc.pid)
         latencies = measure(url, args, with_big)
+        cpu_s = round(cpu_seconds(proc.pid) - cpu_before, 2)
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
     finally:
         proc.terminate()
         proc.wait(30)
     dropped = {line.split('"')[1]: float(line.split()[-1]) for line in metrics.splitlines()
                if line.startswith("specgate_capture_dropped_total{")}
-    return summary(name, latencies) | {"capture_dropped": dropped, "scrubber_ready_s": ready_s}
+    return summary(name, latencies) | {"gateway_cpu_s": cpu_s, "capture_dropped": dropped,
+                                       "scrubber_ready_s": ready_s}
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) process `pid` has used, from /proc (Linux):
+    what the gateway worked, which a shared host's other load does not inflate as it does latency."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def scrubber_ready(port: int, limit_s: float = 300.0) -> float:
