@@ -32,16 +32,13 @@ _SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace, as json.decoder reads i
 
 @dataclass(frozen=True, slots=True)
 class Spans:
-    """The body's text and, for each top-level key, where its value (the last
-    one, as `json.loads` keeps it) begins and ends in that text."""
+    """The body and, for each top-level key, where its value (the last one, as
+    `json.loads` keeps it) begins and ends in its text. `text` is None when
+    every character is one byte (ASCII in UTF-8): positions are then
+    positions in `raw`, and the decoded text is not kept."""
     raw: bytes
-    text: str
+    text: str | None
     at: Mapping[str, tuple[int, int]]
-
-    @property
-    def ascii(self) -> bool:
-        """Every character is one byte (UTF-8 and ASCII): positions in the text are positions in the bytes."""
-        return len(self.raw) == len(self.text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +57,7 @@ def loads(raw: bytes, decoder: json.JSONDecoder) -> JsonBody:
         value, at = _walk(text, decoder)
     except (ValueError, StopIteration):
         return JsonBody(decoder.decode(text), None)
-    return JsonBody(value, Spans(raw, text, at))
+    return JsonBody(value, Spans(raw, None if len(raw) == len(text) else text, at))
 
 
 def dumps_with(body: Mapping[str, Any], changes: Mapping[str, Any], spans: Spans | None) -> bytes:
@@ -71,7 +68,7 @@ def dumps_with(body: Mapping[str, Any], changes: Mapping[str, Any], spans: Spans
         return json.dumps(merged, separators=SEPARATORS).encode()
     # Joined once: each `+` on a large value would copy it again. An ASCII body's
     # characters are its bytes: its values are sliced from the bytes without a copy.
-    source: bytes | memoryview | str = memoryview(spans.raw) if spans.ascii else spans.text
+    source: memoryview | str = memoryview(spans.raw) if spans.text is None else spans.text
     parts: list[Any] = []
     for key, value in merged.items():
         where = None if key in changes else spans.at.get(key)
@@ -81,7 +78,7 @@ def dumps_with(body: Mapping[str, Any], changes: Mapping[str, Any], spans: Spans
             parts += (",", json.dumps(key), ":", source[where[0]:where[1]])
     parts[:1] = ["{"]  # for the first comma; the brace alone when there is no key
     parts.append("}")
-    if spans.ascii:
+    if spans.text is None:
         return b"".join(p.encode() if isinstance(p, str) else p for p in parts)
     # a lone surrogate the client sent as UTF-8 bytes goes back as those bytes
     return "".join(parts).encode("utf-8", "surrogatepass")

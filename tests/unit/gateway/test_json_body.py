@@ -25,6 +25,7 @@ def test_unchanged_values_are_sent_as_the_client_wrote_them(content):
     raw = ('{"model": "client-model", "messages" : ' + messages + ', "stream": true, "temperature": 0.5}').encode()
     parsed = parse_json(raw)
     assert parsed.spans is not None
+    assert (parsed.spans.text is None) == content.isascii()  # an ASCII body is sliced from its bytes
     assert parsed.value == json.loads(raw)
     sent = dumps_with(parsed.value, {"model": "pool-model", "stream_options": {"include_usage": True}}, parsed.spans)
     assert json.loads(sent) == {**json.loads(raw), "model": "pool-model", "stream_options": {"include_usage": True}}
