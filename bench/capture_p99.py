@@ -3,11 +3,18 @@ capture off and on (share 1.0: every prompt offered to the capture stage).
 
 One gateway process per configuration (`specgate serve`) in front of the fast
 fake backend (bench/fast_upstream.py), all on 127.0.0.1. In each, a few
-innocent clients send small chat requests one after another while big clients
+innocent clients send small chat requests one after another while big clients,
+in a process of their own (their event loop is not the innocent clients'),
 send a bounded number of 8 MB prompts; the innocent requests' p50 and p99 are
-reported. `quiet` runs the innocent clients alone, as the baseline.
+reported, with the CPU time the gateway used meanwhile. `quiet` runs the
+innocent clients alone, as the baseline; `direct` sends the same load to the
+backend with no gateway between (what the load generator and the backend
+cost by themselves). With capture on, the
+measurement starts once the scrubber is built (`scrubber_ready_s`: presidio's
+models load on the first captured prompt, once per process). `--baseline REF`
+also runs the gateway as of git commit REF in the same run.
 
-    python bench/capture_p99.py --innocent 400 --big 24
+    python bench/capture_p99.py --innocent 400 --big 24 [--baseline REF]
 """
 
 from __future__ import annotations
@@ -15,16 +22,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
+import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import ROOT, bench_policy, free_port, start, wait_port  # noqa: E402 (the sibling module)
+from overhead import ROOT, bench_policy, export_tree, free_port, start, wait_port  # noqa: E402 (the sibling module)
 
 SMALL = {"model": "bench", "messages": [{"role": "user", "content": "Write a haiku about rivers."}],
          "temperature": 0, "max_tokens": 64}
@@ -44,24 +55,46 @@ async def innocent(url: str, count: int, clients: int) -> list[float]:
     return latencies
 
 
-async def big(url: str, count: int, clients: int) -> None:
+async def big(url: str, count: int, clients: int, ready: Callable[[], None] = lambda: None) -> None:
     body = json.dumps({**SMALL, "messages": [{"role": "user", "content": "secret=abc " * (BIG_CHARS // 11)}]})
     async with httpx.AsyncClient(timeout=120) as client:
+        ready()
         async def one_client(n: int) -> None:
             for _ in range(n):
                 await client.post(url, content=body, headers={"content-type": "application/json"})
         await asyncio.gather(*(one_client(count // clients) for _ in range(clients)))
 
 
-async def measure(url: str, args: argparse.Namespace, with_big: bool) -> list[float]:
-    tasks = [innocent(url, args.innocent, args.clients)]
+def big_process(url: str, count: int, clients: int, ready: EventType) -> None:
+    asyncio.run(big(url, count, clients, ready.set))
+
+
+def measure(url: str, args: argparse.Namespace, with_big: bool) -> list[float]:
+    """The innocent clients' latencies, with the big clients sending from another process meanwhile."""
+    sender = None
     if with_big:
-        tasks.append(big(url, args.big, args.big_clients))  # type: ignore[arg-type] - gather mixes the two result types
-    results = await asyncio.gather(*tasks)
-    return results[0]
+        context = multiprocessing.get_context("spawn")
+        ready = context.Event()
+        sender = context.Process(target=big_process, args=(url, args.big, args.big_clients, ready))
+        sender.start()
+        ready.wait(60)  # the innocent clients start when the big ones are about to send
+    try:
+        return asyncio.run(innocent(url, args.innocent, args.clients))
+    finally:
+        if sender is not None:
+            sender.join(300)
+            sender.kill()
 
 
-def run(name: str, capture: bool, with_big: bool, upstream: int, tmp: Path, args: argparse.Namespace) -> dict:
+def summary(name: str, latencies: list[float]) -> dict:
+    latencies = sorted(latencies)
+    return {"config": name, "requests": len(latencies),
+            "p50_ms": round(1000 * statistics.median(latencies), 1),
+            "p99_ms": round(1000 * latencies[int(0.99 * (len(latencies) - 1))], 1)}
+
+
+def run(name: str, capture: bool, with_big: bool, upstream: int, tmp: Path, args: argparse.Namespace,
+        tree: Path = ROOT) -> dict:
     policy = bench_policy(upstream)
     if capture:
         policy += f"\ncapture:\n  enabled: true\n  share: 1.0\n  directory: {tmp / name}\n"
@@ -69,22 +102,44 @@ def run(name: str, capture: bool, with_big: bool, upstream: int, tmp: Path, args
     path.write_text(policy)
     port = free_port()
     proc = start([sys.executable, "-m", "specgate.cli", "serve", "--policy", str(path), "--host", "127.0.0.1",
-                  "--port", str(port)], tmp / f"{name}.log", cwd=ROOT)
+                  "--port", str(port)], tmp / f"{name}.log", {**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
     try:
         wait_port(port, timeout=60)
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         asyncio.run(innocent(url, 40, 4))  # warm up
-        latencies = sorted(asyncio.run(measure(url, args, with_big)))
+        ready_s = scrubber_ready(port) if capture else None
+        cpu_before = cpu_seconds(proc.pid)
+        latencies = measure(url, args, with_big)
+        cpu_s = round(cpu_seconds(proc.pid) - cpu_before, 2)
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
     finally:
         proc.terminate()
         proc.wait(30)
     dropped = {line.split('"')[1]: float(line.split()[-1]) for line in metrics.splitlines()
                if line.startswith("specgate_capture_dropped_total{")}
-    return {"config": name, "requests": len(latencies),
-            "p50_ms": round(1000 * statistics.median(latencies), 1),
-            "p99_ms": round(1000 * latencies[int(0.99 * (len(latencies) - 1))], 1),
-            "capture_dropped": dropped}
+    return summary(name, latencies) | {"gateway_cpu_s": cpu_s, "capture_dropped": dropped,
+                                       "scrubber_ready_s": ready_s}
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) process `pid` has used, from /proc (Linux):
+    what the gateway worked, which a shared host's other load does not inflate as it does latency."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def scrubber_ready(port: int, limit_s: float = 300.0) -> float:
+    """Seconds until the warm-up's first prompt is written: the scrubber is built on the
+    first prompt captured, once per process (presidio's models), and that build is not
+    what this benchmark measures."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < limit_s:
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        if any(line.startswith("specgate_capture_written_total ") and float(line.split()[-1]) > 0
+               for line in metrics.splitlines()):
+            return round(time.perf_counter() - started, 1)
+        time.sleep(0.5)
+    raise RuntimeError(f"no captured prompt written within {limit_s:g} s")
 
 
 def main() -> None:
@@ -93,6 +148,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4, help="innocent clients")
     parser.add_argument("--big", type=int, default=24, help="8 MB prompts in all")
     parser.add_argument("--big-clients", type=int, default=4)
+    parser.add_argument("--baseline", metavar="REF", help="also run the gateway as of this git commit")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
@@ -101,10 +157,20 @@ def main() -> None:
                         tmp / "upstream.log")
         try:
             wait_port(upstream)
-            for name, capture, with_big in (("quiet", False, False), ("big, capture off", False, True),
-                                            ("big, capture on", True, True)):
-                print(json.dumps(run(name.replace(", ", "-").replace(" ", "-"), capture, with_big, upstream,
-                                     tmp, args) | {"config": name}), flush=True)
+            direct = f"http://127.0.0.1:{upstream}/v1/chat/completions"
+            asyncio.run(innocent(direct, 40, 4))  # warm up
+            for name, with_big in (("direct, quiet", False), ("direct, 8 MB prompts", True)):
+                print(json.dumps(summary(name, measure(direct, args, with_big))), flush=True)
+            configs = [("quiet", False, False, ROOT), ("big, capture off", False, True, ROOT),
+                       ("big, capture on", True, True, ROOT)]
+            if args.baseline:
+                tree = export_tree(args.baseline, tmp / "baseline")
+                configs[1:1] = [(f"{args.baseline}: big, capture off", False, True, tree),
+                                (f"{args.baseline}: big, capture on", True, True, tree)]
+            for name, capture, with_big, tree in configs:
+                slug = "".join(c if c.isalnum() else "-" for c in name)
+                print(json.dumps(run(slug, capture, with_big, upstream, tmp, args, tree) | {"config": name}),
+                      flush=True)
         finally:
             backend.terminate()
             backend.wait(30)

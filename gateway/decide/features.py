@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from gateway.decide import apis
+from gateway.decide.json_body import JsonBody, loads
 from gateway.errors import InvalidRequest
 
 CHARS_PER_TOKEN = 4  # rough BPE average for English text and code
@@ -78,8 +79,15 @@ def check_limits(body: Mapping[str, Any], limits: Limits) -> None:
 
 def parse_json_body(raw: bytes) -> dict[str, Any]:
     """Decode a request body into a JSON object, or raise a 400 that says why."""
+    body: dict[str, Any] = parse_json(raw).value
+    return body
+
+
+def parse_json(raw: bytes) -> JsonBody:
+    """A request body's JSON object and where its top-level values lie in its
+    text (to send it on changed without serialising it again), or a 400 that says why."""
     try:
-        body = json.loads(raw, parse_constant=_reject_constant)
+        parsed = loads(raw, _DECODER)
     except UnicodeDecodeError:
         raise InvalidRequest("request body is not valid UTF-8") from None
     except json.JSONDecodeError as exc:
@@ -89,13 +97,16 @@ def parse_json_body(raw: bytes) -> dict[str, Any]:
         raise InvalidRequest("request body is nested too deeply") from None
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from None
-    if not isinstance(body, dict):
+    if not isinstance(parsed.value, dict):
         raise InvalidRequest("request body must be a JSON object")
-    return body
+    return parsed
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"request body contains {name}, which is not valid JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # immutable: safe to share, as a compiled pattern
 
 
 def extract_features(

@@ -14,7 +14,10 @@ goes, is hashed with BLAKE2b instead: the prompt's first block (the
 `anchor`) and the session key.
 
 Nothing is hashed until a pool that balances by prefix asks, and then once
-per block size.
+per block size. Only the first `MAX_PREFIX_CHARS` of a prompt are hashed: past
+any context a backend caches, and an 8 MB prompt would otherwise cost ~50 ms
+of hashing on the event loop and 31,000 entries of a pool's prefix map,
+evicting every other client's prefixes.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 from gateway.decide import apis
 
 TOKEN_CHARS = 4  # characters a token id stands for when token prompts are cut into blocks
+MAX_PREFIX_CHARS = 1 << 20  # ~256K tokens: a prompt's text past this is not hashed
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,15 +77,18 @@ def chat_blocks(messages: Any, block_chars: int) -> Blocks:
     """Each message's role, then its content cut in blocks (an empty content is
     one empty block). The role marks a message's first block, so a message
     boundary never hashes like a block boundary inside one message."""
-    running, first = 0, None
+    running, first, budget = 0, None, MAX_PREFIX_CHARS
     hashes: list[int] = []
     append = hashes.append
     for message in messages if isinstance(messages, list) else ():
+        if budget <= 0:
+            break
         if not isinstance(message, dict):
             continue
         role = message.get("role")
         role = role if isinstance(role, str) else ""
-        text = _content(message.get("content"))
+        text = _content(message.get("content"))[:budget]
+        budget -= max(1, len(text))
         if first is None:
             first = f"{role}\x1f{text[:block_chars]}"
         running = hash((running, role, text[:block_chars]))
@@ -96,10 +103,12 @@ def completion_blocks(prompt: Any, block_chars: int) -> Blocks:
     if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
         prompt = "\n".join(prompt)
     if isinstance(prompt, str):
+        prompt = prompt[:MAX_PREFIX_CHARS]
         pieces: list[Any] = [prompt[start:start + block_chars] for start in range(0, len(prompt), block_chars)]
         first = pieces[0].encode() if pieces else None
     elif isinstance(prompt, list) and prompt:
         ids = prompt if isinstance(prompt[0], int) else [t for row in prompt if isinstance(row, list) for t in row]
+        ids = ids[:MAX_PREFIX_CHARS // TOKEN_CHARS]
         step = max(1, block_chars // TOKEN_CHARS)
         pieces = [tuple(ids[start:start + step]) for start in range(0, len(ids), step)]
         first = ",".join(map(str, pieces[0])).encode() if pieces else None

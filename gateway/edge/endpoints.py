@@ -23,7 +23,7 @@ from starlette.types import ASGIApp
 from gateway.capture.stage import Capture
 from gateway.decide.admission import hold
 from gateway.decide.apis import PATHS
-from gateway.decide.features import Features, Limits, check_limits, parse_json_body
+from gateway.decide.features import Features, Limits, check_limits, parse_json
 from gateway.decide.latency import LatencyModel
 from gateway.decide.prompt_key import PromptKey
 from gateway.decide.routing import Decision, Overrides, Routed, route
@@ -126,7 +126,8 @@ class ProxyEndpoints:
     async def _generate(self, request: Request, endpoint: str) -> ASGIApp:
         grant = self._grant(request)
         raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout_s)
-        body = parse_json_body(raw)
+        parsed = parse_json(raw)
+        body: dict[str, Any] = parsed.value
         routed = self.route(body, endpoint, request.headers)
         priority = request_priority(request.headers, grant, self.runtime.policy, routed.decision.rule)
         routed, held = await self._admitted(routed, body, endpoint, request.headers, priority)
@@ -147,7 +148,7 @@ class ProxyEndpoints:
         if decision.home is not None and grant is not None and not grant.allows(decision.pool):
             raise Forbidden(f"this API key may not use pool '{decision.pool}', which holds the previous response")
         chain, degraded = self._chain(decision.pool, grant, decision.chain)
-        outgoing = Outgoing("POST", PATHS[endpoint], raw, self._forwarded(request), body=body,
+        outgoing = Outgoing("POST", PATHS[endpoint], raw, self._forwarded(request), body=body, spans=parsed.spans,
                             stream=features.stream, drop_client_key=self.keys.enabled,
                             usage=UsagePlan(endpoint, body, features.stream, features.n),
                             key=PromptKey(body, endpoint, request.headers),

@@ -12,7 +12,6 @@ answer in output tokens (a `Measurement`), and reports everything through a
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 import httpx
 import structlog
 
+from gateway.decide.json_body import Spans, dumps_with
 from gateway.decide.prompt_key import PromptKey
 from gateway.decide.traffic import ClassLatency
 from gateway.errors import DeadlineExceeded, GatewayError
@@ -49,6 +49,7 @@ class Outgoing:
     content: bytes
     headers: list[tuple[str, str]]  # the client's, checked, less hop-by-hop ones
     body: dict[str, Any] | None = None  # the parsed JSON body, whose model a pool may rename
+    spans: Spans | None = None  # where body's values lie in the text it was parsed from (decide/json_body.py)
     stream: bool = False
     drop_client_key: bool = False  # the gateway checks keys: the client's own is never sent on
     usage: UsagePlan = field(default_factory=lambda: UsagePlan("passthrough"))  # asked, read, removed
@@ -63,7 +64,7 @@ class Outgoing:
                 changes["model"] = pool.spec.model
             changes.update(self.usage.asks(self.body, paces(pool.spec, self.body, self.stream)))
             if changes:
-                content = json.dumps({**self.body, **changes}, separators=(",", ":")).encode()
+                content = dumps_with(self.body, changes, self.spans)
         timeouts = pool.spec.timeouts
         # total_s counts from the body's completion (`started`) and covers the whole answer
         deadline = asyncio.get_running_loop().time() + timeouts.total_s - (time.perf_counter() - started)

@@ -239,3 +239,30 @@ def test_max_tokens_is_bounded_by_the_pool_context_length(start_gateway, spec_fa
     assert spec_fake.completion_requests() == []
     within = post(gw, {**GREEDY, "max_tokens": 2048, "n": 1})
     assert (within.status_code, within.headers["x-specgate-pool"]) == (200, "speculative")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_large_prompt_is_sent_on_whole_with_the_pool_model_and_the_usage_ask(gateway, spec_fake, stream):
+    prompt = "Rivers, café and 東京: " * 20_000  # ~0.5 MB: its text is copied on, not serialised again
+    body = {**GREEDY, "messages": [{"role": "user", "content": prompt}], "stream": stream, "user": "u1"}
+    raw = json.dumps(body, ensure_ascii=False, indent=1).encode()
+    response = httpx.post(gateway.base_url + "/chat/completions", content=raw,
+                          headers={"content-type": "application/json"}, timeout=30)
+    assert response.status_code == 200, response.text
+    sent = spec_fake.completion_requests()[-1].body
+    usage = {"stream_options": {"include_usage": True}} if stream else {}
+    assert sent == {**body, "model": "upstream-spec", **usage}
+    assert list(sent)[:len(body)] == list(body)  # the client's fields keep their order
+    assert_idle(gateway)
+
+
+def test_a_large_bad_body_is_a_400_in_the_callers_envelope_and_holds_nothing(gateway, spec_fake):
+    raw = json.dumps({**GREEDY, "messages": [{"role": "user", "content": "x" * 200_000}]}).encode()[:-1] + b",}"
+    for path, top in (("/chat/completions", {"error"}), ("/messages", {"type", "error"})):  # OpenAI's, Anthropic's
+        response = httpx.post(gateway.base_url + path, content=raw, headers={"content-type": "application/json"})
+        assert response.status_code == 400, response.text
+        assert set(response.json()) == top
+        assert response.json()["error"]["type"] == "invalid_request_error"
+        assert "not valid JSON" in response.json()["error"]["message"]
+    assert spec_fake.completion_requests() == []
+    assert_idle(gateway)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import gateway
-from gateway.decide.prompt_key import PromptKey
+from gateway.decide.prompt_key import MAX_PREFIX_CHARS, PromptKey
 
 SYSTEM = {"role": "system", "content": "You are a careful assistant. " * 20}  # 580 characters
 
@@ -93,3 +93,17 @@ def test_a_message_boundary_never_hashes_like_a_block_boundary():
     whole = chat({"role": "user", "content": "x" * 256 + "y"}).blocks(256).hashes
     split = chat({"role": "user", "content": "x" * 256}, {"role": "user", "content": "y"}).blocks(256).hashes
     assert whole[0] == split[0] and whole[1] != split[1]
+
+
+def test_a_prompt_is_hashed_up_to_its_first_mebi_characters_only():
+    blocks = MAX_PREFIX_CHARS // 256
+    long = chat({"role": "user", "content": "x" * (MAX_PREFIX_CHARS - 10)}, {"role": "user", "content": "y" * 9000})
+    hashes = long.blocks(256).hashes
+    assert len(hashes) == blocks + 1  # the first message's last block is short; the second has 10 characters
+    later = chat({"role": "user", "content": "x" * (MAX_PREFIX_CHARS - 10)}, {"role": "user", "content": "y" * 10})
+    assert later.blocks(256).hashes == hashes  # what follows the first mebi characters is not hashed
+    earlier = chat({"role": "user", "content": "x" * (MAX_PREFIX_CHARS - 11)}, {"role": "user", "content": "y" * 9000})
+    assert earlier.blocks(256).hashes[-1] != hashes[-1]
+    text = PromptKey({"prompt": "p" * (8 * MAX_PREFIX_CHARS)}, "completions").blocks(256).hashes
+    ids = PromptKey({"prompt": list(range(8 * MAX_PREFIX_CHARS // 4))}, "completions").blocks(256).hashes
+    assert len(text) == len(ids) == blocks

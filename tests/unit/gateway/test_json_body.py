@@ -1,0 +1,95 @@
+"""A large body is parsed as json.loads parses it, and sent on with a few
+top-level fields changed by copying the other values' text as the client
+wrote it; bad bodies fail exactly as json.loads fails."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.decide.features import parse_json, parse_json_body
+from gateway.decide.json_body import MAX_SPANS, SPAN_BYTES, dumps_with, loads
+from gateway.errors import InvalidRequest
+
+PAD = " " * SPAN_BYTES  # JSON whitespace: makes any body large enough to be walked
+
+
+def big(text: str) -> bytes:
+    return (text + PAD).encode()
+
+
+@pytest.mark.parametrize("content", ["plain ascii " * 10_000, "café, 東京 and 🙂 " * 5_000])
+def test_unchanged_values_are_sent_as_the_client_wrote_them(content):
+    messages = '[ {"role" : "user",\n  "content": ' + json.dumps(content, ensure_ascii=False) + "} ]"
+    raw = ('{"model": "client-model", "messages" : ' + messages + ', "stream": true, "temperature": 0.5}').encode()
+    parsed = parse_json(raw)
+    assert parsed.spans is not None
+    assert (parsed.spans.text is None) == content.isascii()  # an ASCII body is sliced from its bytes
+    assert parsed.value == json.loads(raw)
+    sent = dumps_with(parsed.value, {"model": "pool-model", "stream_options": {"include_usage": True}}, parsed.spans)
+    assert json.loads(sent) == {**json.loads(raw), "model": "pool-model", "stream_options": {"include_usage": True}}
+    assert messages.encode() in sent  # its spacing and its UTF-8 kept: copied, not serialised again
+    assert list(json.loads(sent)) == ["model", "messages", "stream", "temperature", "stream_options"]
+
+
+def test_a_lone_surrogate_goes_back_as_the_bytes_it_came_in():
+    raw = b'{"model": "m", "messages": "' + b"x" * SPAN_BYTES + b'\xed\xa0\x80"}'  # accepted by json.loads
+    parsed = parse_json(raw)
+    assert parsed.value == json.loads(raw)
+    assert b'"messages":"' + b"x" * SPAN_BYTES + b'\xed\xa0\x80"' in dumps_with(parsed.value, {"model": "p"},
+                                                                               parsed.spans)
+
+
+def test_the_last_of_a_repeated_key_counts_as_in_json_loads():
+    raw = big('{"model": "a", "messages": [1], "model": "b", "messages": [2, 3]}')
+    parsed = parse_json(raw)
+    assert parsed.value == json.loads(raw) == {"model": "b", "messages": [2, 3]}
+    assert json.loads(dumps_with(parsed.value, {"stream": True}, parsed.spans)) == {"model": "b", "messages": [2, 3],
+                                                                                   "stream": True}
+
+
+@pytest.mark.parametrize("raw", [big("{}"), big(" { } "), big('{"a": {"b": [1, 2.5e3, null, false]}, "c": "d"}'),
+                                 "\ufeff".encode() + big('{"a": 1}')])
+def test_any_object_parses_as_in_json_loads(raw):
+    parsed = loads(raw, json.JSONDecoder())
+    assert parsed.value == json.loads(raw)
+    assert parsed.spans is not None
+    assert json.loads(dumps_with(parsed.value, {"model": "p"}, parsed.spans)) == {**json.loads(raw), "model": "p"}
+
+
+def test_small_bodies_and_bodies_of_many_keys_are_parsed_whole():
+    assert loads(b'{"a": 1}', json.JSONDecoder()).spans is None
+    many = big(json.dumps({f"k{i}": i for i in range(MAX_SPANS + 1)}))
+    parsed = loads(many, json.JSONDecoder())
+    assert parsed.spans is None
+    assert parsed.value == json.loads(many)
+    assert json.loads(dumps_with(parsed.value, {"k0": "x"}, parsed.spans)) == {**json.loads(many), "k0": "x"}
+
+
+@pytest.mark.parametrize("text", ['{"a": 1 "b": 2}', '{"a": 1,}', '{"a" 1}', "{a: 1}", '{"a": }', '{"a": 1} x',
+                                  '{"a": [1, 2}', '{"a": "x', "{", '{"a": 1', "[1, 2]", '"x"', "", '{"a": "\x01"}'])
+def test_bad_bodies_fail_as_json_loads_fails(text):
+    raw = big(text)
+    try:
+        expected = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        with pytest.raises(json.JSONDecodeError) as info:
+            loads(raw, json.JSONDecoder())
+        assert (info.value.msg, info.value.pos) == (exc.msg, exc.pos)
+    else:
+        assert loads(raw, json.JSONDecoder()).value == expected
+
+
+@pytest.mark.parametrize("raw,fragment", [
+    (big('{"model": "m", "messages": [1, 2}'), "not valid JSON: Expecting ',' delimiter at line 1 column 33"),
+    (big('{"a": 1, "temperature": NaN}'), "NaN"),
+    (big("[1, 2]"), "must be a JSON object"),
+    (b"\xff" * SPAN_BYTES, "not valid UTF-8"),
+    (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+    (b'{"a": ' + b"[" * 100000 + b"]" * 100000 + b"}", "nested too deeply"),
+])
+def test_a_large_bad_body_is_a_400_that_says_why(raw, fragment):
+    with pytest.raises(InvalidRequest) as info:
+        parse_json_body(raw)
+    assert fragment in info.value.message
