@@ -27,7 +27,6 @@ from gateway.control.leader import Leader, holder_name
 from gateway.control.reload import PolicyReloader
 from gateway.control.signals import PrometheusSource, ScrapeSource
 from gateway.control.verdicts import SharedVerdicts
-from gateway.decide.policy import Policy, load_policy
 from gateway.decide.routing import cold_model
 from gateway.decide.traffic import ClassLatency
 from gateway.edge.admin import AdminAPI
@@ -38,6 +37,7 @@ from gateway.edge.middleware import FastHandler, HeaderLimitMiddleware, RequestI
 from gateway.edge.tracing import TracingMiddleware, tracer_for
 from gateway.flags import FlagStore, PoolFlag, reason_word
 from gateway.metrics import GatewayMetrics
+from gateway.policy.loader import Policy, load_policy
 from gateway.settings import Settings
 from gateway.state.fleet_load import NOWHERE, FleetLoad, LocalCounts
 from gateway.state.overrides import SharedOverrides

@@ -21,7 +21,6 @@ from typing import Any
 import httpx
 import structlog
 
-from gateway.decide.prompt_key import PromptKey
 from gateway.decide.traffic import ClassLatency
 from gateway.errors import DeadlineExceeded, GatewayError
 from gateway.metrics import GatewayMetrics
@@ -30,6 +29,7 @@ from gateway.upstream.drafting import Drafting
 from gateway.upstream.meter import Measurement, TokenMeter
 from gateway.upstream.pacing import paces
 from gateway.upstream.pools import Pool
+from gateway.upstream.prompt_key import PromptKey
 from gateway.upstream.proxy import Claim, Forwarder, Opened, Outbound, Standing
 from gateway.upstream.response_homes import ResponseHomes
 from gateway.upstream.runtime import Runtime

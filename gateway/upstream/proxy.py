@@ -33,10 +33,10 @@ from typing import NamedTuple
 
 import httpx
 
-from gateway.decide.prompt_key import PromptKey
 from gateway.errors import AtCapacity, InvalidRequest, NoHealthyBackend, Shed, UpstreamUnreachable
 from gateway.upstream.failures import HEADER_TIMEOUTS, BeforeHeaders, upstream_error
 from gateway.upstream.pools import Endpoint, Lease, Pool
+from gateway.upstream.prompt_key import PromptKey
 from gateway.upstream.queue import Evicted, Ticket, WaitQueue, wait
 from gateway.upstream.queue_metrics import QueueMetrics
 from gateway.upstream.transport import DeadlineReached

@@ -9,8 +9,8 @@ import random
 import httpx
 import pytest
 
-from gateway.decide.policy import Policy, PoolSpec, parse_policy
 from gateway.errors import InvalidRequest, NoHealthyBackend, Shed, UpstreamUnreachable
+from gateway.policy.loader import Policy, PoolSpec, parse_policy
 from gateway.upstream.pools import Pool
 from gateway.upstream.proxy import Claim, Forwarder, Outbound
 from gateway.upstream.upstream import Upstream

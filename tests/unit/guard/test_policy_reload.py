@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from gateway.control.reload import PolicyReloader
-from gateway.decide.policy import Policy, PolicyError
 from gateway.metrics import GatewayMetrics
+from gateway.policy.loader import Policy, PolicyError
 from tests.unit.guard.conftest import make_policy
 
 # Deeper than PyYAML's recursive composer could follow: the bounded loader refuses it first.

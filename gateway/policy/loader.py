@@ -17,16 +17,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from domains.classifier import DomainClassifier, DomainRule
-from gateway.decide.balance_spec import Balanced
-from gateway.decide.capture_spec import CaptureSpec
-from gateway.decide.conditions import ConditionError, Predicate, compile_condition
-from gateway.decide.features import Defaults
-from gateway.decide.pacing_spec import PacingSpec
-from gateway.decide.priority_spec import HIGHEST, LOWEST, PrioritySpec
-from gateway.decide.yaml_lines import YamlError, load_with_lines, read_text
+from gateway.policy.balance import Balanced
+from gateway.policy.capture import CaptureSpec
+from gateway.policy.conditions import ConditionError, Predicate, compile_condition
+from gateway.policy.features import Defaults
 from gateway.policy.guard import GuardSpec
 from gateway.policy.kinds import KINDS, PoolKind, Schedule, check_schedule, schedule_of
+from gateway.policy.pacing import PacingSpec
+from gateway.policy.priority import HIGHEST, LOWEST, PrioritySpec
 from gateway.policy.priors import PriorsSpec, SloSpec
+from gateway.policy.yaml_lines import YamlError, load_with_lines, read_text
 
 
 class Strict(BaseModel):
