@@ -26,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.policy.loader import PoolSpec  # noqa: E402 - importable once the root is on sys.path
+from gateway.policy.pools import PoolSpec  # noqa: E402 - importable once the root is on sys.path
 from gateway.upstream.pools import Pool  # noqa: E402 - importable once the root is on sys.path
 from gateway.upstream.prompt_key import PromptKey  # noqa: E402 - importable once the root is on sys.path
 

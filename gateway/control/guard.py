@@ -44,8 +44,8 @@ from gateway.decide.traffic import ClassComparison, ClassLatency
 from gateway.flags import FlagStore, PoolFlag
 from gateway.load import LoadReport
 from gateway.metrics import GatewayMetrics
+from gateway.policy.compiled import Policy
 from gateway.policy.guard import GuardSpec
-from gateway.policy.loader import Policy
 
 
 class SignalSource(Protocol):

@@ -22,7 +22,8 @@ from pathlib import Path
 import structlog
 
 from gateway.metrics import GatewayMetrics
-from gateway.policy.loader import Policy, PolicyError, parse_policy
+from gateway.policy.compiled import Policy
+from gateway.policy.loader import PolicyError, parse_policy
 from gateway.policy.yaml_lines import decode, read_bytes
 
 LOAD_BUDGET_S = 10.0  # the longest a load may take before it is given up

@@ -32,7 +32,7 @@ from typing import Any
 
 from gateway.decide.fastest import Estimate, Fastest
 from gateway.decide.latency import LatencyModel, Prediction
-from gateway.policy.loader import PoolSpec
+from gateway.policy.pools import PoolSpec
 from gateway.policy.priors import SloSpec
 
 

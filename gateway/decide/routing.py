@@ -28,8 +28,9 @@ from gateway.decide.latency import LatencyModel, LatencyPriors
 from gateway.errors import InvalidRequest
 from gateway.flags import FlagSnapshot
 from gateway.policy.classes import traffic_class
+from gateway.policy.compiled import CompiledRule, Policy
 from gateway.policy.features import Features
-from gateway.policy.loader import FASTEST, CompiledRule, Policy
+from gateway.policy.schema import FASTEST
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,8 @@ from gateway.edge.middleware import FastHandler, HeaderLimitMiddleware, RequestI
 from gateway.edge.tracing import TracingMiddleware, tracer_for
 from gateway.flags import FlagStore, PoolFlag, reason_word
 from gateway.metrics import GatewayMetrics
-from gateway.policy.loader import Policy, load_policy
+from gateway.policy.compiled import Policy
+from gateway.policy.loader import load_policy
 from gateway.settings import Settings
 from gateway.state.fleet_load import NOWHERE, FleetLoad, LocalCounts
 from gateway.state.overrides import SharedOverrides

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gateway.edge.auth import Grant
-from gateway.policy.loader import Policy
+from gateway.policy.compiled import Policy
 from gateway.policy.priority import HEADER, claimed, resolve
 
 

@@ -1,183 +1,26 @@
-"""The routing policy: pydantic models of the YAML file and `load_policy`.
+"""Loading the routing policy: `load_policy` and `parse_policy` turn a YAML
+file into a checked, compiled `Policy` (compiled.py), or a `PolicyError`.
 
 Every mistake is reported with the file and line it sits on
 (`policies/x.yaml:12: rules[2].route: unknown pool 'fast'`); an unknown key is
-an error, never ignored. A loaded `Policy` also carries what the hot path
-needs precompiled: the domain classifier and the rule predicates.
+an error, never ignored. Pydantic checks each field (schema.py); the loader
+adds the rules across fields (names that must exist, fallback loops) and
+compiles each rule's `when:` (conditions.py).
 """
 
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass
-from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ValidationError
 
 from domains.classifier import DomainClassifier, DomainRule
-from gateway.policy.balance import Balanced
-from gateway.policy.capture import CaptureSpec
-from gateway.policy.conditions import ConditionError, Predicate, compile_condition
-from gateway.policy.features import Defaults
-from gateway.policy.guard import GuardSpec
-from gateway.policy.kinds import KINDS, PoolKind, Schedule, check_schedule, schedule_of
-from gateway.policy.pacing import PacingSpec
-from gateway.policy.priority import HIGHEST, LOWEST, PrioritySpec
-from gateway.policy.priors import PriorsSpec, SloSpec
+from gateway.policy.compiled import CompiledRule, Policy
+from gateway.policy.conditions import ConditionError, compile_condition
+from gateway.policy.pools import PoolSpec, fallback_chain
+from gateway.policy.schema import FASTEST, PolicySpec
 from gateway.policy.yaml_lines import YamlError, load_with_lines, read_text
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class DefaultsSpec(Strict):
-    temperature: float = Field(default=1.0, ge=0)
-    top_p: float = Field(default=1.0, ge=0, le=1)
-    max_tokens: int = Field(default=256, ge=1)
-
-
-class EndpointSpec(Strict):
-    url: str
-    weight: float = Field(default=1.0, gt=0)
-    max_in_flight: int | None = Field(default=None, ge=1)
-
-    @field_validator("url")
-    @classmethod
-    def _http_url(cls, url: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", url):
-            raise ValueError(f"endpoint url must start with http:// or https://, got {url!r}")
-        return url.rstrip("/")
-
-
-class TimeoutsSpec(Strict):
-    connect_s: float = Field(default=5.0, gt=0)
-    first_byte_s: float = Field(default=120.0, gt=0)
-    total_s: float = Field(default=600.0, gt=0)
-    idle_s: float = Field(default=60.0, gt=0)  # a stream's silence between chunks, after the first
-
-
-class ConnectionsSpec(Strict):
-    max_connections: int = Field(default=512, ge=1)
-    max_keepalive: int = Field(default=128, ge=0)
-    keepalive_expiry_s: float = Field(default=4.0, gt=0)  # under uvicorn's 5 s server default
-
-
-class RetrySpec(Strict):
-    attempts: int = Field(default=3, ge=1, le=10)  # tries in all, the first included
-    budget_ratio: float = Field(default=0.2, ge=0, le=1)  # retries allowed per request sent, over a window
-
-
-class HealthSpec(Strict):
-    path: str = "/health"
-    interval_s: float = Field(default=5.0, gt=0)
-    eject_after: int = Field(default=3, ge=1)  # consecutive failures
-    backoff_s: float = Field(default=2.0, gt=0)
-    max_backoff_s: float = Field(default=60.0, gt=0)
-
-
-class QueueSpec(Strict):
-    """Waiting for a slot while the chain is full; unset, see `queue_limits` (upstream/pools.py)."""
-    max_waiting: int | None = Field(default=None, ge=0)
-    max_wait_s: float | None = Field(default=None, gt=0)
-
-
-class PoolSpec(Balanced):  # Strict, with `balance` and `affinity` (balance_spec.py)
-    kind: PoolKind  # its row in gateway/policy/kinds.py
-    speculation_schedule: list[list[int]] | None = None  # dynamic: [[lo, hi, k], ...] by batch size
-    slo: SloSpec = SloSpec()  # the objective admission keeps its running requests within
-    endpoints: list[EndpointSpec] = Field(min_length=1)
-    model: str | None = None  # upstream model name the client's model is rewritten to
-    fallback: str | None = None
-    max_in_flight: int | None = Field(default=None, ge=1)  # per endpoint, unless the endpoint says
-    max_model_len: int | None = Field(default=None, ge=1)  # context length: bounds a request's max_tokens
-    dialect: Literal["vllm", "sglang"] = "vllm"
-    api_key: str | None = None  # "os.environ/NAME"
-    timeouts: TimeoutsSpec = TimeoutsSpec()
-    connections: ConnectionsSpec = ConnectionsSpec()
-    retry: RetrySpec = RetrySpec()
-    health: HealthSpec = HealthSpec()
-    queue: QueueSpec = QueueSpec()
-    pacing: PacingSpec = PacingSpec()  # split and space a stream's multi-token events
-    priority: PrioritySpec = PrioritySpec()  # shed low priorities while saturated
-
-    @field_validator("api_key")
-    @classmethod
-    def _env_reference(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"os\.environ/[A-Za-z_][A-Za-z0-9_]*", value):
-            raise ValueError("api_key must reference the environment as os.environ/NAME; "
-                             "keys are never written in the policy")
-        return value
-
-    @model_validator(mode="after")
-    def _schedule(self) -> PoolSpec:
-        declares = KINDS[self.kind].declares_schedule
-        if declares and not self.speculation_schedule:
-            raise ValueError(f"a {self.kind} pool states its speculation_schedule: [[lo, hi, k], ...]")
-        if not declares and self.speculation_schedule is not None:
-            raise ValueError(f"speculation_schedule goes with kind: dynamic, not {self.kind}")
-        problems = check_schedule(self.speculation_schedule or [])
-        if problems:
-            raise ValueError("speculation_schedule: " + "; ".join(problems))
-        return self
-
-    def upstream_api_key(self) -> str | None:
-        return None if self.api_key is None else os.environ.get(self.api_key.removeprefix("os.environ/"))
-
-
-class DomainSpec(Strict):
-    patterns: list[str] = []
-    keywords: list[str] = []
-
-    @field_validator("patterns")
-    @classmethod
-    def _compiles(cls, patterns: list[str]) -> list[str]:
-        for pattern in patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
-        return patterns
-
-
-FASTEST = "fastest"  # the route that picks, per request, the candidate pool predicted to answer first
-
-
-class RuleSpec(Strict):
-    name: str = Field(min_length=1)
-    when: dict[str, Any] | None = None
-    route: str  # a pool, or `fastest`
-    candidates: list[str] | None = Field(default=None, min_length=1)  # for `fastest`; else every pool
-    priority: int | None = Field(default=None, ge=LOWEST, le=HIGHEST)  # of the requests it matches
-    reason: str | None = None
-
-
-class RoutingSpec(Strict):
-    """`route: fastest` expects min(max_tokens, typical_output_tokens) tokens (docs/routing.md)."""
-    typical_output_tokens: int = Field(default=256, ge=1)
-    half_life_s: float = Field(default=10.0, gt=0)  # how fast measurements are forgotten
-    priors: PriorsSpec = PriorsSpec()  # acceptance per class and cold step times (gateway/policy/priors.py)
-
-
-class OverridesSpec(Strict):
-    route_header: bool = False  # honour x-specgate-route
-    domain_header: bool = False  # honour x-specgate-domain
-
-
-class PolicySpec(Strict):
-    version: Literal[1]
-    defaults: DefaultsSpec = DefaultsSpec()
-    pools: dict[str, PoolSpec] = Field(min_length=1)
-    default_pool: str | None = None
-    domains: dict[str, DomainSpec] = {}
-    default_domain: str = "chat"
-    rules: list[RuleSpec] = Field(min_length=1)
-    overrides: OverridesSpec = OverridesSpec()
-    routing: RoutingSpec = RoutingSpec()
-    guard: GuardSpec = GuardSpec()
-    capture: CaptureSpec = CaptureSpec()  # sample prompts for draft training; off by default
 
 
 class PolicyError(ValueError):
@@ -187,68 +30,6 @@ class PolicyError(ValueError):
         self.path = path
         self.problems = sorted(problems)
         super().__init__("\n".join(f"{path}:{line}: {msg}" for line, msg in self.problems))
-
-
-@dataclass(frozen=True)
-class CompiledRule:
-    name: str
-    route: str  # a pool, or FASTEST
-    reason: str
-    matches: Predicate | None  # None: always
-    candidates: tuple[str, ...] = ()  # FASTEST's pools to choose from, in the policy's order
-
-
-@dataclass(frozen=True)
-class Policy:
-    spec: PolicySpec
-    source: str
-    rules: tuple[CompiledRule, ...]
-    classifier: DomainClassifier
-
-    @property
-    def pools(self) -> dict[str, PoolSpec]:
-        return self.spec.pools
-
-    @property
-    def default_pool(self) -> str:
-        return self.spec.default_pool or next(iter(self.standard_pools), next(iter(self.pools)))
-
-    def fallback_chain(self, pool: str) -> tuple[str, ...]:
-        """`pool` and the pools tried after it, in order."""
-        return self._fallback_chains[pool]
-
-    def baseline_pool(self, pool: str) -> str | None:
-        """The standard pool `pool`'s latency is compared with: the pool it falls
-        back to when that one is standard, else the policy's first standard pool."""
-        chain = self.fallback_chain(pool)
-        if len(chain) > 1 and chain[1] in self.standard_pools:
-            return chain[1]
-        return next(iter(self.standard_pools), None)
-
-    @cached_property
-    def schedules(self) -> dict[str, Schedule]:
-        """How each pool drafts by batch size, from its kind's row."""
-        k = self.spec.routing.priors.draft_tokens
-        return {name: schedule_of(pool.kind, k, pool.speculation_schedule) for name, pool in self.pools.items()}
-
-    @cached_property
-    def speculative_pools(self) -> tuple[str, ...]:
-        """The pools whose kind drafts and reports acceptance, in the policy's order: the ones the guard watches."""
-        return tuple(name for name, pool in self.pools.items() if KINDS[pool.kind].reports_acceptance)
-
-    @cached_property
-    def standard_pools(self) -> tuple[str, ...]:
-        """The pools that never draft, in the policy's order."""
-        return tuple(name for name, schedule in self.schedules.items() if not schedule.ever_drafts)
-
-    @cached_property
-    def _fallback_chains(self) -> dict[str, tuple[str, ...]]:
-        return {name: _walk(self.pools, name) for name in self.pools}
-
-    @cached_property
-    def defaults(self) -> Defaults:
-        d = self.spec.defaults
-        return Defaults(temperature=d.temperature, top_p=d.top_p, max_tokens=d.max_tokens)
 
 
 def load_policy(path: str | os.PathLike[str]) -> Policy:
@@ -321,19 +102,9 @@ def _check(spec: PolicySpec) -> list[tuple[tuple[Any, ...], str]]:
     return problems
 
 
-def _walk(pools: dict[str, PoolSpec], pool: str) -> tuple[str, ...]:
-    """`pool`, then its fallback, that one's fallback, ...: each pool once, and
-    only pools that exist. The one walk of a chain: `Policy.fallback_chain`
-    serves it to routing, the proxy and the guard; the loader checks loops with it."""
-    chain = [pool]
-    while (fallback := pools[chain[-1]].fallback) in pools and fallback not in chain:
-        chain.append(fallback)
-    return tuple(chain)
-
-
 def _fallback_cycle(start: str, pools: dict[str, PoolSpec]) -> list[str]:
     """The loop through `start`, e.g. [a, b, a]; [] when its chain does not come back to it."""
-    chain = _walk(pools, start)
+    chain = fallback_chain(pools, start)
     return [*chain, start] if pools[chain[-1]].fallback == start else []
 
 

@@ -36,7 +36,7 @@ import structlog
 
 from gateway.errors import AtCapacity, NoHealthyBackend
 from gateway.policy.balance import balance_of
-from gateway.policy.loader import PoolSpec
+from gateway.policy.pools import PoolSpec
 from gateway.upstream.balance import Balancer, Choice, LeastOutstanding, PrefixAffinity
 from gateway.upstream.prompt_key import PromptKey
 from gateway.upstream.queue import WaitQueue

@@ -13,7 +13,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 
 from gateway.load import LoadReport
-from gateway.policy.loader import Policy
+from gateway.policy.compiled import Policy
 from gateway.state.fleet_load import NOWHERE, Elsewhere, LocalCounts
 from gateway.upstream.admission import AdmissionGate
 from gateway.upstream.pools import Endpoint, Pool

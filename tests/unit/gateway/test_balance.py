@@ -8,7 +8,8 @@ from collections import Counter
 
 import pytest
 
-from gateway.policy.loader import PolicyError, PoolSpec, load_policy
+from gateway.policy.loader import PolicyError, load_policy
+from gateway.policy.pools import PoolSpec
 from gateway.upstream.balance import LeastOutstanding, PrefixAffinity
 from gateway.upstream.pools import Lease, Pool
 from gateway.upstream.prompt_key import PromptKey

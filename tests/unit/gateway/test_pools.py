@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from gateway.errors import AtCapacity, NoHealthyBackend
-from gateway.policy.loader import PoolSpec
+from gateway.policy.pools import PoolSpec
 from gateway.upstream.pools import Pool
 
 

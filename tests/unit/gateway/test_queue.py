@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from gateway.edge.load_view import DecisionLoad
 from gateway.errors import AtCapacity, NoHealthyBackend, Shed
-from gateway.policy.loader import PoolSpec, parse_policy
+from gateway.policy.loader import parse_policy
+from gateway.policy.pools import PoolSpec
 from gateway.upstream.pools import Pool, queue_limits
 from gateway.upstream.proxy import Claim, Forwarder, Outbound
 from gateway.upstream.queue_metrics import QueueMetrics

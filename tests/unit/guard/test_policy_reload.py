@@ -10,7 +10,8 @@ import yaml
 
 from gateway.control.reload import PolicyReloader
 from gateway.metrics import GatewayMetrics
-from gateway.policy.loader import Policy, PolicyError
+from gateway.policy.compiled import Policy
+from gateway.policy.loader import PolicyError
 from tests.unit.guard.conftest import make_policy
 
 # Deeper than PyYAML's recursive composer could follow: the bounded loader refuses it first.
