@@ -169,10 +169,11 @@ class GatewayParts:
         self.metrics.guard_leader.set(int(self.state is None))
         if self.state is None:
             return None
-        s = self.settings
-        leader = Leader(self.state, ttl_s=s.guard_lease_ttl_s, renew_s=s.guard_lease_renew_s,
-                        on_change=self.metrics.guard_leader.set)
-        return SharedVerdicts(self.state, leader, self.flags, self.runtime.reported, read_s=s.guard_lease_renew_s)
+        s, state = self.settings, self.state
+        return SharedVerdicts(state, lambda take_over: Leader(
+            state, ttl_s=s.guard_lease_ttl_s, renew_s=s.guard_lease_renew_s,
+            on_change=self.metrics.guard_leader.set, before_leading=take_over,
+        ), self.flags, self.runtime.reported, read_s=s.guard_lease_renew_s)
 
     def _flag_file(self, settings: Settings) -> FlagFile | None:
         """Alone, the flags file keeps and shares modes; with a store it gives the initial ones only."""
