@@ -38,8 +38,9 @@ from gateway.policy.classes import traffic_class
 from gateway.policy.features import Features
 from gateway.settings import Settings
 from gateway.upstream.exchange import Exchange, Outgoing, Recorder, Sink
+from gateway.upstream.headers import request_headers
 from gateway.upstream.prompt_key import PromptKey
-from gateway.upstream.proxy import Forwarder, request_headers
+from gateway.upstream.proxy import Forwarder
 from gateway.upstream.queue_metrics import QueueMetrics
 from gateway.upstream.relay import Relay, RelayTimeouts
 from gateway.upstream.response_homes import Home, ResponseHomes
