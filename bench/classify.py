@@ -15,9 +15,9 @@ import statistics
 import time
 
 from gateway.decide.features import extract_features
-from gateway.decide.policy import load_policy
 from gateway.decide.routing import decide
 from gateway.flags import FlagStore
+from gateway.policy.loader import load_policy
 from gateway.settings import default_policy_path
 
 WORDS = ("river valley stone water mountain light quiet morning evening north wind field road city "

@@ -34,10 +34,12 @@ from typing import Any
 from gateway.decide.admission import hold
 from gateway.decide.features import extract_features
 from gateway.decide.latency import LatencyModel, LatencyPriors
-from gateway.decide.policy import Policy, PoolSpec, load_policy
 from gateway.decide.routing import decide
 from gateway.flags import FlagStore
 from gateway.policy.classes import traffic_class
+from gateway.policy.compiled import Policy
+from gateway.policy.loader import load_policy
+from gateway.policy.pools import PoolSpec
 from gateway.policy.priors import SloSpec
 from gateway.settings import default_policy_path
 

@@ -26,9 +26,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.decide.policy import PoolSpec  # noqa: E402 - importable once the root is on sys.path
-from gateway.decide.prompt_key import PromptKey  # noqa: E402 - importable once the root is on sys.path
+from gateway.policy.pools import PoolSpec  # noqa: E402 - importable once the root is on sys.path
 from gateway.upstream.pools import Pool  # noqa: E402 - importable once the root is on sys.path
+from gateway.upstream.prompt_key import PromptKey  # noqa: E402 - importable once the root is on sys.path
 
 SYSTEM = "You are a helpful assistant who answers in short, precise sentences. " * 30  # ~2 k characters
 

@@ -50,7 +50,7 @@ def supervise(args: argparse.Namespace, settings: Any) -> int:
         raise ValueError(f"--workers {args.workers} needs SPECGATE_STATE_URL (redis://, rediss:// or "
                          "unix://): without a shared store each worker keeps its own overrides, guard "
                          "and load")
-    from gateway.decide.policy import PolicyError, load_policy
+    from gateway.policy.loader import PolicyError, load_policy
     try:  # once here rather than once per worker
         load_policy(settings.policy)
     except PolicyError as exc:

@@ -5,10 +5,11 @@ SSE and `vllm:*` metrics. Used by the pool simulator, the bundled engine and
 the test fakes.
 """
 
+from backends.serving.answers import ResponseBuilder, error_body, sse
 from backends.serving.app import create_openai_app
 from backends.serving.generation import Delta, GenerationRequest, TokenGenerator
 from backends.serving.metrics import VllmMetrics
-from backends.serving.protocol import ProtocolError, ResponseBuilder, error_body, sse
+from backends.serving.parsing import ProtocolError
 
 __all__ = [
     "Delta",

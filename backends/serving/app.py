@@ -25,6 +25,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from backends.serving.acceptance import AcceptanceTally
+from backends.serving.answers import (
+    SSE_DONE,
+    ResponseBuilder,
+    error_body,
+    model_list,
+    random_id,
+    sse,
+    system_fingerprint,
+    usage,
+)
 from backends.serving.disconnect import ClientGone, DisconnectAwareStream, run_until_disconnect
 from backends.serving.generation import (
     Delta,
@@ -34,18 +44,7 @@ from backends.serving.generation import (
     estimate_tokens,
 )
 from backends.serving.metrics import VllmMetrics
-from backends.serving.protocol import (
-    SSE_DONE,
-    ProtocolError,
-    ResponseBuilder,
-    error_body,
-    model_list,
-    parse_request,
-    random_id,
-    sse,
-    system_fingerprint,
-    usage,
-)
+from backends.serving.parsing import ProtocolError, parse_request
 from backends.serving.translate import ResponsesStore, anthropic_error, message_events, messages_to_chat, whole_message
 
 

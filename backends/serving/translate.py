@@ -21,7 +21,8 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from backends.serving.protocol import ProtocolError, dumps, random_id
+from backends.serving.answers import dumps, random_id
+from backends.serving.parsing import ProtocolError
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 

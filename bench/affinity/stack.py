@@ -22,7 +22,7 @@ from tests.fakes.process import free_port
 
 def pool_policy(urls: list[str], balance: str, affinity: dict[str, Any] | None) -> dict[str, Any]:
     """One standard pool of `urls`, every request routed to it, balanced by `balance`."""
-    from gateway.decide.policy import PoolSpec
+    from gateway.policy.pools import PoolSpec
 
     policy = fixed_policy("standard", urls)
     if "balance" not in PoolSpec.model_fields:

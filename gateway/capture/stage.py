@@ -27,8 +27,8 @@ import structlog
 from gateway.capture.files import CaptureFiles
 from gateway.capture.scrub import Scrubber
 from gateway.decide import apis
-from gateway.decide.capture_spec import CaptureSpec
 from gateway.metrics import GatewayMetrics
+from gateway.policy.capture import CaptureSpec
 
 Offered = tuple[float, str, str | None, Any, int]  # time, endpoint, traffic class, messages or prompt, size
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})

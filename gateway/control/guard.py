@@ -40,11 +40,11 @@ import structlog
 
 from gateway.control.baseline import Baseline, BaselineError, read_baseline
 from gateway.control.signals import PoolSignals, SignalError, Target, finite, settle
-from gateway.decide.policy import Policy
 from gateway.decide.traffic import ClassComparison, ClassLatency
 from gateway.flags import FlagStore, PoolFlag
 from gateway.load import LoadReport
 from gateway.metrics import GatewayMetrics
+from gateway.policy.compiled import Policy
 from gateway.policy.guard import GuardSpec
 
 

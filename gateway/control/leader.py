@@ -54,6 +54,10 @@ return 0
 """
 
 
+# Awaited once the lease is taken, before the process leads (see `Leader`).
+BeforeLeading = Callable[[], Awaitable[None]]
+
+
 def holder_name() -> str:
     """Unique per process, readable in the store: host, pid and a random tail
     (every container's pid may be 1)."""
@@ -65,7 +69,7 @@ class Leader:
 
     def __init__(self, store: StateStore, *, ttl_s: float = 3.0, renew_s: float | None = None,
                  holder: str | None = None, on_change: Callable[[bool], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 before_leading: BeforeLeading | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         if ttl_s <= 0:
             raise ValueError("the lease TTL must be positive")
         self.store = store
@@ -77,7 +81,7 @@ class Leader:
         self.on_change = on_change
         # Awaited once the lease is taken, before this process leads: the verdicts
         # stored by the last leader become this guard's starting point.
-        self.before_leading: Callable[[], Awaitable[None]] | None = None
+        self.before_leading = before_leading
         self.clock = clock
         self.lease_key = store.key("guard", "lease")
         self.fence_key = store.key("guard", "fence")

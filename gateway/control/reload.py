@@ -2,7 +2,7 @@
 
 The file is read and parsed in a worker thread, never on the event loop, and
 bounded: its size, its nesting depth and YAML anchors and aliases are
-refused by the loader (`gateway/decide/yaml_lines.py`), and the whole load
+refused by the loader (`gateway/policy/yaml_lines.py`), and the whole load
 by a time budget, so no file can stall serving. A new file that fails is
 rejected whole: the policy in force keeps serving, and the reason is logged
 and counted (`policy_reloads_total{result}`: `applied`, `rejected` for a
@@ -21,9 +21,10 @@ from pathlib import Path
 
 import structlog
 
-from gateway.decide.policy import Policy, PolicyError, parse_policy
-from gateway.decide.yaml_lines import decode, read_bytes
 from gateway.metrics import GatewayMetrics
+from gateway.policy.compiled import Policy
+from gateway.policy.loader import PolicyError, parse_policy
+from gateway.policy.yaml_lines import decode, read_bytes
 
 LOAD_BUDGET_S = 10.0  # the longest a load may take before it is given up
 

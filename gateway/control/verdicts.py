@@ -23,13 +23,13 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 from redis.asyncio.client import PubSub
 
-from gateway.control.leader import Leader
+from gateway.control.leader import BeforeLeading, Leader
 from gateway.flags import FlagStore, PoolFlag
 from gateway.load import LoadReport
 from gateway.state.store import STATE_ERRORS, StateStore
@@ -59,12 +59,15 @@ def encode(pools: Mapping[str, PoolFlag], reported: Mapping[str, int]) -> str:
 
 
 class SharedVerdicts:
-    """The guard's sink while it leads, and the follower's loop while it does not."""
+    """The guard's sink while it leads, and the follower's loop while it does not.
 
-    def __init__(self, store: StateStore, leader: Leader, flags: FlagStore, load: LoadReport,
-                 *, read_s: float = 1.0) -> None:
+    It owns the lease: `leader` builds the `Leader` with the hook it awaits before
+    leading, this object's `take_over`."""
+
+    def __init__(self, store: StateStore, leader: Callable[[BeforeLeading], Leader], flags: FlagStore,
+                 load: LoadReport, *, read_s: float = 1.0) -> None:
         self.store = store
-        self.leader = leader
+        self.leader = leader(self.take_over)
         self.flags = flags
         self.load = load
         self.read_s = read_s
@@ -78,7 +81,6 @@ class SharedVerdicts:
         self.stored_holder: str | None = None
         self._write = store.client.register_script(WRITE)
         self._tasks: list[asyncio.Task[None]] = []
-        leader.before_leading = self.take_over
 
     async def take_over(self) -> None:
         """Start from the last leader's verdicts (after a restart of every process, too)."""

@@ -37,7 +37,7 @@ from typing import Any
 
 from gateway.decide.fastest import Estimate, Fastest
 from gateway.decide.latency import LatencyModel
-from gateway.decide.policy import PoolSpec
+from gateway.policy.pools import PoolSpec
 from gateway.policy.priors import SloSpec
 
 

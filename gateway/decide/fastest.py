@@ -51,9 +51,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.decide.features import Features
 from gateway.decide.latency import LatencyModel, Prediction
 from gateway.policy.classes import traffic_class
+from gateway.policy.features import Features
 
 EXPLORE_SHARE = 0.02  # at most this share of decisions goes to a stale candidate that is not the best
 STALE_SAMPLES = 1.0  # an estimate resting on less remembered weight than one answer is stale

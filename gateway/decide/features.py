@@ -1,5 +1,6 @@
-"""What the router knows about a request: `Features`, read from its body and
-the live load, and the parsing that turns a raw body into them.
+"""Reading what the router knows about a request, its `Features`
+(gateway/policy/features.py), from its body and the live load, and the
+parsing that turns a raw body into them.
 
 Parsing is strict about types (a wrong type is a 400 naming the field) and
 lenient about everything it does not read: unknown fields pass through to
@@ -12,53 +13,15 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.decide import apis
 from gateway.decide.json_body import JsonBody, loads
 from gateway.errors import InvalidRequest
+from gateway.policy.features import Defaults, Features
 
 CHARS_PER_TOKEN = 4  # rough BPE average for English text and code
-
-
-@dataclass(frozen=True, slots=True)
-class Features:
-    endpoint: str  # "chat", "completions", "messages" or "responses" (gateway.decide.apis)
-    model: str | None
-    temperature: float
-    top_p: float
-    max_tokens: int
-    stream: bool
-    n: int
-    prompt_chars: int
-    prompt_tokens: int
-    tools: bool
-    response_format: bool
-    logprobs: bool
-    domain: str
-    route: str | None = None  # pool asked for by x-specgate-route (when allowed)
-    load: Mapping[str, int] = field(default_factory=dict)
-
-    def value(self, name: str) -> Any:
-        if name.startswith("load."):
-            return self.load.get(name.removeprefix("load."), 0)
-        return getattr(self, name)
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["load"] = dict(self.load)
-        return data
-
-
-FEATURE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Features) if f.name != "load")
-
-
-@dataclass(frozen=True, slots=True)
-class Defaults:
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 256
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.decide.fastest import Fastest, fastest, model_class
-from gateway.decide.features import Features, extract_features
+from gateway.decide.features import extract_features
 from gateway.decide.latency import LatencyModel, LatencyPriors
-from gateway.decide.policy import FASTEST, CompiledRule, Policy
 from gateway.errors import InvalidRequest
 from gateway.flags import FlagSnapshot
 from gateway.policy.classes import traffic_class
+from gateway.policy.compiled import CompiledRule, Policy
+from gateway.policy.features import Features
+from gateway.policy.schema import FASTEST
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,12 +14,12 @@ from starlette.routing import Route
 from gateway.control.reload import PolicyReloader
 from gateway.decide.apis import explained_endpoint
 from gateway.decide.features import parse_json_body
-from gateway.decide.policy import PolicyError
-from gateway.decide.prompt_key import PromptKey
 from gateway.edge.endpoints import ProxyEndpoints, read_body
 from gateway.errors import Forbidden, InvalidRequest, NotFound
 from gateway.flags import FlagStore, Mode
+from gateway.policy.loader import PolicyError
 from gateway.state.overrides import SharedOverrides
+from gateway.upstream.prompt_key import PromptKey
 
 Handler = Callable[[Request], Awaitable[Response]]
 

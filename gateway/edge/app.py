@@ -27,7 +27,6 @@ from gateway.control.leader import Leader, holder_name
 from gateway.control.reload import PolicyReloader
 from gateway.control.signals import PrometheusSource, ScrapeSource
 from gateway.control.verdicts import SharedVerdicts
-from gateway.decide.policy import Policy, load_policy
 from gateway.decide.routing import cold_model
 from gateway.decide.traffic import ClassLatency
 from gateway.edge.admin import AdminAPI
@@ -38,6 +37,8 @@ from gateway.edge.middleware import FastHandler, HeaderLimitMiddleware, RequestI
 from gateway.edge.tracing import TracingMiddleware, tracer_for
 from gateway.flags import FlagStore, PoolFlag, reason_word
 from gateway.metrics import GatewayMetrics
+from gateway.policy.compiled import Policy
+from gateway.policy.loader import load_policy
 from gateway.settings import Settings
 from gateway.state.fleet_load import NOWHERE, FleetLoad, LocalCounts
 from gateway.state.overrides import SharedOverrides
@@ -168,10 +169,11 @@ class GatewayParts:
         self.metrics.guard_leader.set(int(self.state is None))
         if self.state is None:
             return None
-        s = self.settings
-        leader = Leader(self.state, ttl_s=s.guard_lease_ttl_s, renew_s=s.guard_lease_renew_s,
-                        on_change=self.metrics.guard_leader.set)
-        return SharedVerdicts(self.state, leader, self.flags, self.runtime.reported, read_s=s.guard_lease_renew_s)
+        s, state = self.settings, self.state
+        return SharedVerdicts(state, lambda take_over: Leader(
+            state, ttl_s=s.guard_lease_ttl_s, renew_s=s.guard_lease_renew_s,
+            on_change=self.metrics.guard_leader.set, before_leading=take_over,
+        ), self.flags, self.runtime.reported, read_s=s.guard_lease_renew_s)
 
     def _flag_file(self, settings: Settings) -> FlagFile | None:
         """Alone, the flags file keeps and shares modes; with a store it gives the initial ones only."""

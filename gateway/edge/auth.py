@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from gateway.decide.priority_spec import HIGHEST, LOWEST
 from gateway.errors import Unauthorized
+from gateway.policy.priority import HIGHEST, LOWEST
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,8 @@ from starlette.types import ASGIApp
 from gateway.capture.stage import Capture
 from gateway.decide.admission import hold
 from gateway.decide.apis import PATHS
-from gateway.decide.features import Features, Limits, check_limits, parse_json
+from gateway.decide.features import Limits, check_limits, parse_json
 from gateway.decide.latency import LatencyModel
-from gateway.decide.prompt_key import PromptKey
 from gateway.decide.routing import Decision, Overrides, Routed, route
 from gateway.decide.traffic import ClassLatency
 from gateway.edge.auth import ClientKeys, Grant
@@ -36,9 +35,12 @@ from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, NotFound
 from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
 from gateway.policy.classes import traffic_class
+from gateway.policy.features import Features
 from gateway.settings import Settings
 from gateway.upstream.exchange import Exchange, Outgoing, Recorder, Sink
-from gateway.upstream.proxy import Forwarder, request_headers
+from gateway.upstream.headers import request_headers
+from gateway.upstream.prompt_key import PromptKey
+from gateway.upstream.proxy import Forwarder
 from gateway.upstream.queue_metrics import QueueMetrics
 from gateway.upstream.relay import Relay, RelayTimeouts
 from gateway.upstream.response_homes import Home, ResponseHomes

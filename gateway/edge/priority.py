@@ -1,14 +1,14 @@
 """A request's priority at the edge: its key's, its rule's, or the one its
 `x-specgate-priority` header claims within the key's cap (the order is in
-gateway/decide/priority_spec.py and docs/priorities.md)."""
+gateway/policy/priority.py and docs/priorities.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gateway.decide.policy import Policy
-from gateway.decide.priority_spec import HEADER, claimed, resolve
 from gateway.edge.auth import Grant
+from gateway.policy.compiled import Policy
+from gateway.policy.priority import HEADER, claimed, resolve
 
 
 def request_priority(headers: Mapping[str, str], grant: Grant | None, policy: Policy, rule: str | None) -> int:

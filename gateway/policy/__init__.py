@@ -1,1 +1,2 @@
-"""The policy's vocabulary that every stage reads: pool kinds and the routing priors."""
+"""The routing policy: its schema, loading and validation, and the vocabulary
+every stage reads (pool kinds, traffic classes, priors)."""

@@ -13,9 +13,10 @@ pool and greedy code to speculation (docs/routing.md has the table).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from gateway.policy.classes import BANDS
+from gateway.policy.strict import Strict
 
 PLAYBOOK_ACCEPTANCE: dict[str, dict[str, float]] = {
     "code": {"greedy": 0.85, "low": 0.78, "mid": 0.62, "hot": 0.2},
@@ -24,11 +25,10 @@ PLAYBOOK_ACCEPTANCE: dict[str, dict[str, float]] = {
 }
 
 
-class PriorsSpec(BaseModel):
+class PriorsSpec(Strict):
     """The latency model's cold curves. Step times are a GPU's (the pool simulator's
     8B target on one A100, docs/sim.md); the learned estimates replace them within a
     few answers, and pools that answered rescale the priors of those that have not."""
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     acceptance: dict[str, dict[str, float]] = Field(default_factory=lambda: PLAYBOOK_ACCEPTANCE)
     draft_tokens: int = Field(default=3, ge=1, le=32)  # k of a speculative pool
@@ -62,9 +62,8 @@ class PriorsSpec(BaseModel):
         return PLAYBOOK_ACCEPTANCE["chat"].get(band, 0.5)
 
 
-class SloSpec(BaseModel):
+class SloSpec(Strict):
     """A pool's objective for the requests it runs: admission keeps its batch where they meet it."""
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     ttft_s: float | None = Field(default=None, gt=0)
     tpot_s: float | None = Field(default=None, gt=0)

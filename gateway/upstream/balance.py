@@ -30,9 +30,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from gateway.decide.balance_spec import AffinitySpec
-from gateway.decide.prompt_key import PromptKey, digest
+from gateway.policy.balance import AffinitySpec
 from gateway.upstream.prefix_map import LruMap
+from gateway.upstream.prompt_key import PromptKey, digest
 
 Elsewhere = Callable[[], Mapping[str, int]]  # url -> the other replicas' requests in flight
 _MASK = (1 << 64) - 1

@@ -21,16 +21,17 @@ import httpx
 import structlog
 
 from gateway.decide.json_body import Spans, dumps_with
-from gateway.decide.prompt_key import PromptKey
 from gateway.decide.traffic import ClassLatency
 from gateway.errors import DeadlineExceeded, GatewayError
 from gateway.metrics import GatewayMetrics
 from gateway.telemetry.spans import NULL_SPAN, RequestSpan
+from gateway.upstream.claim import Claim
 from gateway.upstream.drafting import Drafting
 from gateway.upstream.meter import Measurement, TokenMeter
 from gateway.upstream.pacing import paces
 from gateway.upstream.pools import Pool
-from gateway.upstream.proxy import Claim, Forwarder, Opened, Outbound, Standing
+from gateway.upstream.prompt_key import PromptKey
+from gateway.upstream.proxy import Forwarder, Opened, Outbound, Standing
 from gateway.upstream.response_homes import ResponseHomes
 from gateway.upstream.runtime import Runtime
 from gateway.upstream.upstream import Upstream

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
-from gateway.decide.policy import PoolSpec
+from gateway.policy.pools import PoolSpec
 from gateway.upstream.usage import EVENT_END, completion_tokens
 
 ALPHA = 0.3  # weight of the newest run in the averages of gap and tokens

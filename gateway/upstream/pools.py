@@ -34,11 +34,11 @@ from types import MappingProxyType
 import httpx
 import structlog
 
-from gateway.decide.balance_spec import balance_of
-from gateway.decide.policy import PoolSpec
-from gateway.decide.prompt_key import PromptKey
 from gateway.errors import AtCapacity, NoHealthyBackend
+from gateway.policy.balance import balance_of
+from gateway.policy.pools import PoolSpec
 from gateway.upstream.balance import Balancer, Choice, LeastOutstanding, PrefixAffinity
+from gateway.upstream.prompt_key import PromptKey
 from gateway.upstream.queue import WaitQueue
 
 UNLIMITED = 1 << 30  # the room of an endpoint without an in-flight limit

@@ -15,128 +15,34 @@ queues (queue.py) up to the routed pool's `queue.max_wait_s`, then is answered
 saturated pool's `priority.shed_below`, is answered 429 with Retry-After
 (`Shed`, docs/priorities.md).
 
-Every lease is taken through the request's `Claim`, the one owner of what the
-request holds upstream (a lease, a response): giving the claim back returns
-them whatever raised on the way.
+Every lease is taken through the request's `Claim` (claim.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import NamedTuple
 
 import httpx
 
-from gateway.decide.prompt_key import PromptKey
 from gateway.errors import AtCapacity, InvalidRequest, NoHealthyBackend, Shed, UpstreamUnreachable
+from gateway.upstream.claim import Claim
 from gateway.upstream.failures import HEADER_TIMEOUTS, BeforeHeaders, upstream_error
 from gateway.upstream.pools import Endpoint, Lease, Pool
+from gateway.upstream.prompt_key import PromptKey
 from gateway.upstream.queue import Evicted, Ticket, WaitQueue, wait
 from gateway.upstream.queue_metrics import QueueMetrics
 from gateway.upstream.transport import DeadlineReached
 from gateway.upstream.upstream import Upstream
 
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te",
-    "trailer", "trailers", "transfer-encoding", "upgrade", "host", "content-length",
-})
-# `Expect` is answered by the gateway's own server (100-continue) and never sent on.
-REQUEST_DROP = HOP_BY_HOP | {"expect"}
-# Also dropped from responses: the gateway's own server sets these.
-RESPONSE_DROP = HOP_BY_HOP | {"date", "server"}
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 # After its retries, a pool answering these passes the request down its fallback chain.
 FALLBACK_STATUSES = frozenset({429, 502, 503})
-# What an HTTP/1.1 header value may carry on its way upstream: tab and visible ASCII.
-UNSENDABLE = re.compile(r"[^\t\x20-\x7e]")
-
-
-def connection_named(values: Iterable[str]) -> set[str]:
-    """The header names a message's `Connection` headers list: hop-by-hop for
-    that message as well (RFC 9110, section 7.6.1)."""
-    return {token.strip().lower() for value in values for token in value.split(",") if token.strip()}
-
-
-def request_headers(headers: Iterable[tuple[str, str]], extra: dict[str, str]) -> list[tuple[str, str]]:
-    """Headers for the backend: the client's, less hop-by-hop and routing ones, plus `extra`.
-
-    A header value with a byte >= 0x80 or a control character is refused (400
-    naming the header), not dropped: dropping would send on a request other
-    than the one the client made (an authorization, idempotency or tracing
-    header gone without a word) and hide the client's bug.
-    """
-    headers = list(headers)
-    named = connection_named(v for k, v in headers if k.lower() == "connection")
-    kept = []
-    for key, value in headers:
-        name = key.lower()
-        if name in REQUEST_DROP or name in extra or name in named or name.startswith("x-specgate-"):
-            continue
-        # two C calls settle nearly every value; the pattern only those they do not
-        if not (value.isascii() and value.isprintable()) and UNSENDABLE.search(value):
-            raise InvalidRequest(f"header '{name}' holds a byte that cannot be forwarded "
-                                 "(non-ASCII or a control character)", param=name)
-        kept.append((key, value))
-    return kept + list(extra.items())
-
-
-def response_headers(headers: httpx.Headers, extra: dict[str, str]) -> list[tuple[bytes, bytes]]:
-    """The backend's headers less hop-by-hop ones (those its `Connection` names
-    too) and less those the gateway sets itself: `extra` replaces them."""
-    raw = headers.raw
-    named = connection_named(v.decode("latin-1") for k, v in raw if k.lower() == b"connection")
-    kept = [(k.lower(), v) for k, v in raw
-            if (name := k.lower().decode("latin-1")) not in RESPONSE_DROP and name not in extra
-            and name not in named]
-    return kept + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
-
-
-class Claim:
-    """What one request holds upstream, with a single owner: at most one lease
-    and the response it got. `give_back(ok)` closes the response and releases
-    the lease (`ok`: True worked, False failed, None says nothing of the
-    endpoint); the owner calls it once more at the end, whatever raised.
-
-    `on_lease(pool, +1 | -1)` follows every lease taken and given back (the
-    in-flight gauge), so the gauge and `Pool.in_flight` always agree.
-    `pool` is the pool tried last and `fallback` why the request left the
-    pool it was routed to, if it did.
-    """
-
-    def __init__(self, on_lease: Callable[[Pool, int], None] = lambda pool, delta: None) -> None:
-        self.on_lease = on_lease
-        self.lease: Lease | None = None
-        self.response: httpx.Response | None = None
-        self.pool: Pool | None = None
-        self.fallback: str | None = None
-        self.waited_s: float | None = None  # how long the request waited in the pools' queues, if it did
-
-    def take(self, pool: Pool, exclude: Iterable[Endpoint], degraded: bool, admitted: bool = False,
-             key: PromptKey | None = None) -> Lease:
-        if self.lease is not None:
-            raise RuntimeError("a claim holds one lease at a time: give it back first")
-        lease = self.lease = pool.acquire(exclude=exclude, degraded=degraded, admitted=admitted, key=key)
-        self.on_lease(pool, 1)
-        return lease
-
-    async def give_back(self, ok: bool | None, why: str = "failed") -> None:
-        response, self.response = self.response, None
-        lease, self.lease = self.lease, None
-        try:
-            if response is not None:
-                await response.aclose()
-        finally:
-            if lease is not None:
-                try:
-                    lease.release(ok, why)
-                finally:
-                    self.on_lease(lease.pool, -1)
 
 
 class Standing(NamedTuple):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gateway.decide.priority_spec import tier
+from gateway.policy.priority import tier
 
 OUTCOMES = ("served", "full", "evicted", "timeout", "cancelled", "failed")
 SHED_REASONS = ("full", "evicted", "below_threshold")

@@ -28,8 +28,9 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway.errors import GatewayError
 from gateway.upstream.exchange import SSE, Exchange, Outcome
 from gateway.upstream.failures import upstream_error
+from gateway.upstream.headers import response_headers
 from gateway.upstream.pacing import Pacer
-from gateway.upstream.proxy import Opened, response_headers
+from gateway.upstream.proxy import Opened
 from gateway.upstream.upstream import Upstream
 from gateway.upstream.usage import UsagePlan, UsageTap
 

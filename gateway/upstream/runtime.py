@@ -12,8 +12,8 @@ import asyncio
 import functools
 from collections.abc import Callable, Iterable, Mapping
 
-from gateway.decide.policy import Policy
 from gateway.load import LoadReport
+from gateway.policy.compiled import Policy
 from gateway.state.fleet_load import NOWHERE, Elsewhere, LocalCounts
 from gateway.upstream.admission import AdmissionGate
 from gateway.upstream.pools import Endpoint, Pool

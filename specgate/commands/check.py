@@ -11,7 +11,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gateway.decide.policy import PolicyError, load_policy
+    from gateway.policy.loader import PolicyError, load_policy
 
     try:
         policy = load_policy(args.path)

@@ -46,13 +46,13 @@ def run(args: argparse.Namespace) -> int:
 
     from gateway.decide.apis import explained_endpoint
     from gateway.decide.features import parse_json_body
-    from gateway.decide.policy import PolicyError, load_policy
-    from gateway.decide.prompt_key import PromptKey
     from gateway.decide.routing import route
     from gateway.errors import GatewayError
     from gateway.flags import FlagStore
+    from gateway.policy.loader import PolicyError, load_policy
     from gateway.settings import default_policy_path
     from gateway.upstream.pools import Pool
+    from gateway.upstream.prompt_key import PromptKey
 
     try:
         policy = load_policy(args.policy or default_policy_path())

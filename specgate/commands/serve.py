@@ -54,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _app(settings: Any) -> Any:
     """The gateway app, or None after saying on stderr why the policy cannot be used."""
-    from gateway.decide.policy import PolicyError
     from gateway.edge.app import create_app
+    from gateway.policy.loader import PolicyError
     try:
         return create_app(settings)
     except PolicyError as exc:

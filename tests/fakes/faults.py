@@ -15,7 +15,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from backends.serving.protocol import dumps, error_body
+from backends.serving.answers import dumps, error_body
 
 
 @dataclass(frozen=True)

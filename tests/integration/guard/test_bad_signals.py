@@ -15,12 +15,12 @@ import yaml
 from backends.serving.server import BackgroundServer
 from gateway.control.guard import Guard
 from gateway.control.signals import PrometheusSource, ScrapeSource, SignalError, Target, address
-from gateway.decide.policy import parse_policy
 from gateway.edge.app import create_app
 from gateway.edge.load_view import DecisionLoad
 from gateway.flags import FlagStore, reason_word
 from gateway.metrics import GatewayMetrics
 from gateway.policy.guard import GuardSpec
+from gateway.policy.loader import parse_policy
 from gateway.settings import Settings
 from gateway.upstream.runtime import Runtime
 from tests.integration.gateway.conftest import ADMIN_TOKEN, policy_dict

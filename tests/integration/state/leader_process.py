@@ -29,9 +29,11 @@ def emit(event: str, **fields: Any) -> None:
 
 async def lead(args: argparse.Namespace) -> None:
     store = StateStore(args.url, namespace="procs", timeout_s=0.5)
-    leader = Leader(store, ttl_s=args.ttl_s, renew_s=args.renew_s, holder=args.name,
-                    on_change=lambda leading: emit("leading" if leading else "following", token=leader.token))
-    verdicts = SharedVerdicts(store, leader, FlagStore(["spec"]), LoadReport(), read_s=args.renew_s)
+    verdicts = SharedVerdicts(store, lambda take_over: Leader(
+        store, ttl_s=args.ttl_s, renew_s=args.renew_s, holder=args.name, before_leading=take_over,
+        on_change=lambda leading: emit("leading" if leading else "following", token=leader.token),
+    ), FlagStore(["spec"]), LoadReport(), read_s=args.renew_s)
+    leader = verdicts.leader
     verdicts.start()
     try:
         while True:

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from gateway.decide.policy import load_policy
+from gateway.policy.loader import load_policy
 from specgate.cli import build_parser
 from tests.unit.deploy.conftest import DEPLOY, REPO, require_tool
 

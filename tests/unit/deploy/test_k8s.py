@@ -17,7 +17,7 @@ import yaml
 
 from gateway.control.signals import Target
 from gateway.control.signals.prometheus import selector
-from gateway.decide.policy import parse_policy
+from gateway.policy.loader import parse_policy
 from tests.unit.deploy.conftest import DEPLOY, K8S, REPO
 
 # Validated here by shape only: kubernetes-validate ships no schema for them.

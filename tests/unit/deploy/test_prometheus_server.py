@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from gateway.control.signals import PrometheusSource, Target
-from gateway.decide.policy import load_policy
+from gateway.policy.loader import load_policy
 from tests.unit.deploy.conftest import DEPLOY, REPO, require_tool
 
 pytestmark = pytest.mark.slow  # a real Prometheus server scraping live targets

@@ -43,10 +43,12 @@ class Replica:
     def __init__(self, url: str, name: str, pools: tuple[str, ...] = ("spec",)) -> None:
         self.store = StateStore(url, namespace="t", timeout_s=0.5)
         self.changes: list[bool] = []
-        self.leader = Leader(self.store, ttl_s=TTL_S, renew_s=RENEW_S, holder=name, on_change=self.changes.append)
         self.flags = FlagStore(pools)
         self.load = LoadReport()
-        self.verdicts = SharedVerdicts(self.store, self.leader, self.flags, self.load, read_s=RENEW_S)
+        self.verdicts = SharedVerdicts(self.store, lambda take_over: Leader(
+            self.store, ttl_s=TTL_S, renew_s=RENEW_S, holder=name, on_change=self.changes.append,
+            before_leading=take_over), self.flags, self.load, read_s=RENEW_S)
+        self.leader = self.verdicts.leader
         self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:

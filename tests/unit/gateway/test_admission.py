@@ -8,9 +8,9 @@ import pytest
 
 from gateway.decide.admission import hold
 from gateway.decide.fastest import fastest
-from gateway.decide.features import Features
 from gateway.decide.latency import LatencyModel
-from gateway.decide.policy import parse_policy
+from gateway.policy.features import Features
+from gateway.policy.loader import parse_policy
 from gateway.policy.priors import SloSpec
 from gateway.upstream.admission import AdmissionGate
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gateway.decide import apis
-from gateway.decide.features import Defaults, extract_features
+from gateway.decide.features import extract_features
 from gateway.errors import AtCapacity, InvalidRequest, PayloadTooLarge, Shed, UpstreamTimeout, UpstreamUnreachable
+from gateway.policy.features import Defaults
 from gateway.upstream.response_homes import ResponseHomes
 from gateway.upstream.usage import UsagePlan
 

@@ -8,10 +8,11 @@ from collections import Counter
 
 import pytest
 
-from gateway.decide.policy import PolicyError, PoolSpec, load_policy
-from gateway.decide.prompt_key import PromptKey
+from gateway.policy.loader import PolicyError, load_policy
+from gateway.policy.pools import PoolSpec
 from gateway.upstream.balance import LeastOutstanding, PrefixAffinity
 from gateway.upstream.pools import Lease, Pool
+from gateway.upstream.prompt_key import PromptKey
 
 SYSTEM = {"role": "system", "content": "You answer questions about caches. " * 30}
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.decide.features import Limits, check_limits
-from gateway.decide.policy import parse_policy
 from gateway.errors import InvalidRequest
+from gateway.policy.loader import parse_policy
 
 LIMITS = Limits(n=16, max_tokens=4096)
 

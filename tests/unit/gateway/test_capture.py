@@ -11,9 +11,9 @@ import pytest
 from gateway.capture.files import CaptureFiles
 from gateway.capture.scrub import Scrubber
 from gateway.capture.stage import Capture
-from gateway.decide.capture_spec import CaptureSpec
-from gateway.decide.policy import PolicyError, parse_policy
 from gateway.metrics import GatewayMetrics
+from gateway.policy.capture import CaptureSpec
+from gateway.policy.loader import PolicyError, parse_policy
 
 
 @pytest.fixture(scope="module")

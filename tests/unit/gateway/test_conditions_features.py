@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.decide.conditions import ConditionError, compile_condition
-from gateway.decide.features import Defaults, extract_features, parse_json_body
+from gateway.decide.features import extract_features, parse_json_body
 from gateway.errors import InvalidRequest
+from gateway.policy.conditions import ConditionError, compile_condition
+from gateway.policy.features import Defaults
 
 POOLS = ("speculative", "standard")
 

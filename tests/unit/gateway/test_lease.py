@@ -9,10 +9,13 @@ import random
 import httpx
 import pytest
 
-from gateway.decide.policy import Policy, PoolSpec, parse_policy
 from gateway.errors import InvalidRequest, NoHealthyBackend, Shed, UpstreamUnreachable
+from gateway.policy.compiled import Policy
+from gateway.policy.loader import parse_policy
+from gateway.policy.pools import PoolSpec
+from gateway.upstream.claim import Claim
 from gateway.upstream.pools import Pool
-from gateway.upstream.proxy import Claim, Forwarder, Outbound
+from gateway.upstream.proxy import Forwarder, Outbound
 from gateway.upstream.upstream import Upstream
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from backends.serving.answers import SSE_DONE, ResponseBuilder, sse
 from backends.serving.generation import Endpoint
-from backends.serving.protocol import SSE_DONE, ResponseBuilder, sse
 from gateway.upstream.drafting import Drafting
 from gateway.upstream.meter import Measurement, TokenMeter
 from gateway.upstream.usage import UsageTap, completion_tokens

@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
+from backends.serving.answers import SSE_DONE, ResponseBuilder, sse, usage
 from backends.serving.generation import Endpoint
-from backends.serving.protocol import SSE_DONE, ResponseBuilder, sse, usage
-from gateway.decide.policy import parse_policy
+from gateway.policy.loader import parse_policy
 from gateway.upstream.pacing import Pacer, paces, split_text
 from gateway.upstream.usage import ask_token_counts, client_counts
 

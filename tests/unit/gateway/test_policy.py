@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.decide.policy import PolicyError, load_policy, parse_policy
+from gateway.policy.loader import PolicyError, load_policy, parse_policy
 
 ROOT = Path(__file__).resolve().parents[3]
 

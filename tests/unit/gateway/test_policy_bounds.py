@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.decide.policy import PolicyError, load_policy, parse_policy
-from gateway.decide.yaml_lines import MAX_BYTES, MAX_DEPTH, MAX_NODES
+from gateway.policy.loader import PolicyError, load_policy, parse_policy
+from gateway.policy.yaml_lines import MAX_BYTES, MAX_DEPTH, MAX_NODES
 
 VALID = ("version: 1\npools:\n  a: {kind: standard, endpoints: [{url: 'http://127.0.0.1:1'}]}\n"
          "rules:\n  - {name: r, route: a}\n")

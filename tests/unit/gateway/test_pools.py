@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from gateway.decide.policy import PoolSpec
 from gateway.errors import AtCapacity, NoHealthyBackend
+from gateway.policy.pools import PoolSpec
 from gateway.upstream.pools import Pool
 
 

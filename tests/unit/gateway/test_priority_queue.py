@@ -10,8 +10,9 @@ import asyncio
 import pytest
 
 from gateway.errors import Shed
+from gateway.upstream.claim import Claim
 from gateway.upstream.pools import Pool
-from gateway.upstream.proxy import Claim, Standing
+from gateway.upstream.proxy import Standing
 from gateway.upstream.queue import Waiter, WaitQueue
 
 from .test_queue import Waiting, make_pool, outbound, until

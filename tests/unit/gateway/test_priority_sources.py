@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.decide.policy import PolicyError, parse_policy
-from gateway.decide.priority_spec import claimed, resolve, tier
 from gateway.edge.auth import ClientKeys, Grant
 from gateway.edge.priority import request_priority
 from gateway.errors import InvalidRequest
+from gateway.policy.loader import PolicyError, parse_policy
+from gateway.policy.priority import claimed, resolve, tier
 
 POLICY = """version: 1
 pools:

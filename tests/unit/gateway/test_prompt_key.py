@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import gateway
-from gateway.decide.prompt_key import MAX_PREFIX_CHARS, PromptKey
+from gateway.upstream.prompt_key import MAX_PREFIX_CHARS, PromptKey
 
 SYSTEM = {"role": "system", "content": "You are a careful assistant. " * 20}  # 580 characters
 
@@ -78,7 +78,7 @@ def test_session_from_the_header_then_the_user_field():
 def test_the_anchor_is_the_same_in_another_process_and_names_the_first_block():
     """Block hashes may differ between processes; the anchor, which decides
     where a prompt never seen goes, may not."""
-    code = ("from gateway.decide.prompt_key import PromptKey;"
+    code = ("from gateway.upstream.prompt_key import PromptKey;"
             "print(PromptKey({'messages': [{'role': 'user', 'content': 'same'}]}, 'chat').blocks(256).anchor)")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={"PYTHONHASHSEED": "123", "PYTHONPATH": str(Path(gateway.__file__).parents[1])})

@@ -10,11 +10,13 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.decide.policy import PoolSpec, parse_policy
 from gateway.edge.load_view import DecisionLoad
 from gateway.errors import AtCapacity, NoHealthyBackend, Shed
+from gateway.policy.loader import parse_policy
+from gateway.policy.pools import PoolSpec
+from gateway.upstream.claim import Claim
 from gateway.upstream.pools import Pool, queue_limits
-from gateway.upstream.proxy import Claim, Forwarder, Outbound
+from gateway.upstream.proxy import Forwarder, Outbound
 from gateway.upstream.queue_metrics import QueueMetrics
 from gateway.upstream.runtime import Runtime
 from gateway.upstream.upstream import Upstream

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gateway.decide.features import extract_features
-from gateway.decide.policy import load_policy
 from gateway.decide.routing import decide
 from gateway.flags import FlagStore, Mode
+from gateway.policy.loader import load_policy
 from gateway.settings import default_policy_path
 
 POLICY = load_policy(default_policy_path())

@@ -10,9 +10,9 @@ import pytest
 
 from gateway.decide.features import extract_features
 from gateway.decide.latency import LatencyModel
-from gateway.decide.policy import PolicyError, parse_policy
 from gateway.decide.routing import Decision, decide
 from gateway.flags import FlagStore, Mode
+from gateway.policy.loader import PolicyError, parse_policy
 
 POLICY_TEXT = """
 version: 1

@@ -9,11 +9,11 @@ from collections import Counter
 
 from gateway.decide.features import extract_features
 from gateway.decide.latency import LatencyModel
-from gateway.decide.policy import parse_policy
 from gateway.decide.routing import decide
 from gateway.edge.load_view import DecisionLoad
 from gateway.flags import FlagStore
 from gateway.load import LoadReport
+from gateway.policy.loader import parse_policy
 from gateway.upstream.runtime import Runtime
 
 POLICY = parse_policy("""

@@ -6,8 +6,8 @@ import pytest
 
 from gateway.decide.acceptance import Acceptance, rate_of, tokens_per_step
 from gateway.decide.latency import LatencyModel
-from gateway.decide.policy import PolicyError, parse_policy
 from gateway.policy.kinds import KINDS, UNBOUNDED, PoolKind, Schedule, schedule_of
+from gateway.policy.loader import PolicyError, parse_policy
 from gateway.upstream.drafting import Drafting
 
 

@@ -11,10 +11,12 @@ import yaml
 
 from gateway.control.guard import Guard
 from gateway.control.signals import PoolSignals, SignalError, Target
-from gateway.decide.policy import GuardSpec, Policy, parse_policy
 from gateway.decide.traffic import ClassLatency
 from gateway.flags import FlagStore
 from gateway.metrics import GatewayMetrics
+from gateway.policy.compiled import Policy
+from gateway.policy.guard import GuardSpec
+from gateway.policy.loader import parse_policy
 from gateway.upstream.runtime import Runtime
 
 

@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from gateway.control.reload import PolicyReloader
-from gateway.decide.policy import Policy, PolicyError
 from gateway.metrics import GatewayMetrics
+from gateway.policy.compiled import Policy
+from gateway.policy.loader import PolicyError
 from tests.unit.guard.conftest import make_policy
 
 # Deeper than PyYAML's recursive composer could follow: the bounded loader refuses it first.

@@ -216,7 +216,7 @@ def test_an_outage_forgets_the_reported_load(rig_for):
     ({"queries": {"acceptance": "x"}}, "guard.queries.acceptance"),
 ])
 def test_guard_spec_rejects_inconsistent_settings(guard, message):
-    from gateway.decide.policy import PolicyError
+    from gateway.policy.loader import PolicyError
     with pytest.raises(PolicyError) as error:
         make_policy(**guard)
     assert message in str(error.value)

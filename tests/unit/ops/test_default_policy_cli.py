@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.decide.policy import load_policy
+from gateway.policy.loader import load_policy
 from gateway.upstream.pools import queue_limits
 from specgate.cli import main
 

@@ -21,13 +21,14 @@ CHAT = {"model": "M", "messages": [{"role": "user", "content": "hello there"}]}
 
 
 class ScriptedGenerator:
-    """Yields `words` one token each; optionally queues on `gate` first and
-    reports when it was cancelled."""
+    """Yields `words` one token each; optionally queues on `gate` first, holds
+    once running until `hold` is set, and reports when it was cancelled."""
 
     def __init__(self, words: tuple[str, ...] = ("a", "b", "c"), delay: float = 0.0) -> None:
         self.words = words
         self.delay = delay
         self.gate: threading.Event | None = None
+        self.hold: threading.Event | None = None
         self.cancelled = threading.Event()
         self.fail_after: int | None = None
 
@@ -36,6 +37,8 @@ class ScriptedGenerator:
             while self.gate is not None and not self.gate.is_set():
                 await asyncio.sleep(0.01)
             request.mark_running()
+            while self.hold is not None and not self.hold.is_set():
+                await asyncio.sleep(0.01)
             for index, word in enumerate(self.words):
                 if self.fail_after == index:
                     raise RuntimeError("engine fell over")
@@ -109,7 +112,7 @@ def test_running_and_waiting_follow_the_generator(
     server: BackgroundServer, generator: ScriptedGenerator
 ) -> None:
     generator.gate = threading.Event()
-    generator.delay = 0.05
+    generator.hold = threading.Event()  # all six stay running until the test has seen them
     results: list[int] = []
 
     def call() -> None:
@@ -122,6 +125,7 @@ def test_running_and_waiting_follow_the_generator(
     assert sample(server.url, "vllm:num_requests_running") == 0
     generator.gate.set()
     _wait(lambda: sample(server.url, "vllm:num_requests_running") == 6)
+    generator.hold.set()
     for thread in threads:
         thread.join(10)
     assert results == [200] * 6

@@ -9,16 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from backends.serving.answers import ResponseBuilder, error_body, model_list, sse, usage
 from backends.serving.generation import Endpoint, GenerationRequest
-from backends.serving.protocol import (
-    ProtocolError,
-    ResponseBuilder,
-    error_body,
-    model_list,
-    parse_request,
-    sse,
-    usage,
-)
+from backends.serving.parsing import ProtocolError, parse_request
 
 SAMPLES = json.loads((Path(__file__).parent / "vllm_wire_samples.json").read_text())
 

@@ -7,9 +7,9 @@ import json
 import random
 from types import MappingProxyType
 
-from gateway.decide.policy import parse_policy
 from gateway.edge.load_view import DecisionLoad
 from gateway.load import LoadReport
+from gateway.policy.loader import parse_policy
 from gateway.state.fleet_load import NOWHERE, Elsewhere, LocalCounts, summed
 from gateway.state.shared_learning import Observation, parsed
 from gateway.upstream.runtime import Runtime

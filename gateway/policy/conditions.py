@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.decide.features import FEATURE_NAMES, Features
+from gateway.policy.features import FEATURE_NAMES, Features
 
 Predicate = Callable[[Features], bool]
 

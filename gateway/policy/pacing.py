@@ -9,11 +9,11 @@ docs/routing.md, "Even streams").
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gateway.policy.strict import Strict
 
 
-class PacingSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class PacingSpec(Strict):
     enabled: bool = False
     max_delay_ms: float = Field(default=150.0, gt=0, le=2000)  # the most any byte is held past its arrival

@@ -8,12 +8,12 @@ PII and secrets and appends them to rotated JSONL files under `directory`
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from gateway.policy.strict import Strict
 
 
-class CaptureSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class CaptureSpec(Strict):
     enabled: bool = False
     share: float = Field(default=0.01, ge=0, le=1)  # the fraction of requests sampled
     directory: str | None = None  # where the JSONL files go; required when enabled

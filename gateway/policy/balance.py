@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gateway.policy.strict import Strict
 
 Balance = Literal["prefix", "least_outstanding"]
 SESSION_HEADER = "x-specgate-session"
 
 
-class AffinitySpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class AffinitySpec(Strict):
     # an endpoint takes a request while its load after it is at most
     # ceil(load_factor x the mean load of the pool's available endpoints after it), by weight
     load_factor: float = Field(default=1.25, ge=1.0, le=100.0)
@@ -28,14 +28,6 @@ class AffinitySpec(BaseModel):
     max_blocks: int = Field(default=65536, ge=1, le=1 << 24)  # the prefix map's LRU bound (and the sessions')
     session_header: str = Field(default=SESSION_HEADER, min_length=1, max_length=128,
                                 pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
-
-
-class Balanced(BaseModel):
-    """The fields a pool spec takes from here: `balance` and `affinity`."""
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    balance: Balance | None = None  # unset: prefix for more than one endpoint, else least_outstanding
-    affinity: AffinitySpec = AffinitySpec()
 
 
 def balance_of(balance: Balance | None, endpoints: int) -> Balance:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from gateway.errors import InvalidRequest
+from gateway.policy.strict import Strict
 
 LOWEST, HIGHEST = -1000, 1000
 HEADER = "x-specgate-priority"
@@ -25,12 +26,11 @@ TIERS = ("low", "normal", "high")  # the metrics' label values: < 0, 0, > 0
 _INTEGER = re.compile(r"[+-]?[0-9]{1,5}")
 
 
-class PrioritySpec(BaseModel):
+class PrioritySpec(Strict):
     """When the pool is saturated (at its in-flight limit, or its load, the
     backends' running + waiting as routing reads it, at `busy_load` or
     more), requests of priority below `shed_below` are answered 429 at once
     instead of waiting. Unset: every request may wait in the queue."""
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     shed_below: int | None = Field(default=None, ge=LOWEST, le=HIGHEST)
     busy_load: int | None = Field(default=None, ge=1)
