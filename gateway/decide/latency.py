@@ -74,6 +74,10 @@ from gateway.policy.kinds import Schedule
 
 __all__ = ["LatencyModel", "LatencyPriors", "Prediction", "bucket_label", "load_bucket"]
 
+# How far measured hardware may be from the priors: beyond it the ratio is a broken clock or
+# backend (a TTFT of 1e-311 s made the priors subnormal and every prediction above them inf)
+SCALE_BOUNDS = (1e-6, 1e6)
+
 
 @dataclass(frozen=True, slots=True)
 class Prediction:
@@ -286,7 +290,8 @@ class LatencyModel:
                 prior = self._priors_of(self.schedule(pool))[metric]
                 measured += sum(w * m for w, m in zip(series.fit_weight, series.mean, strict=True))
                 expected += sum(w * p for w, p in zip(series.fit_weight, prior, strict=True))
-            scale.append(measured / expected if expected > 0 and measured > 0 else 1.0)
+            ratio = measured / expected if expected > 0 and measured > 0 else 1.0
+            scale.append(min(max(ratio, SCALE_BOUNDS[0]), SCALE_BOUNDS[1]))
         if any(abs(new / old - 1) > 0.02 for new, old in zip(scale, self._scale, strict=True)):
             self._scale = scale
             for schedule, cold in self._cold.items():

@@ -11,7 +11,7 @@ import statistics
 import tracemalloc
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gateway.decide import latency
@@ -116,6 +116,8 @@ def test_a_pool_measured_faster_under_more_load_is_predicted_no_faster() -> None
 @given(st.lists(st.tuples(st.sampled_from(["spec", "standard"]), st.integers(0, 3000),
                           st.floats(0.0, 30.0), st.floats(0.0, 2.0), st.floats(0.0, 20.0)),
                 min_size=1, max_size=40))
+@example([("spec", 0, 0.0, 0.0, 0.0)] * 6 + [("spec", 0, 2.225073858507e-311, 0.0, 0.0), ("standard", 0, 1.0, 0.0, 0.0),
+          ("standard", 2, 0.0, 0.0, 0.0)])  # a subnormal TTFT once scaled the priors to inf
 def test_predictions_never_fall_as_load_rises(answers: list[tuple[str, int, float, float, float]]) -> None:
     clock = Clock()
     model = LatencyModel(SPECULATIVE, clock=clock)
