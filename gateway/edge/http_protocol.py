@@ -26,6 +26,10 @@ that resets the connection at once: a client that stopped reading is cut
 with a TCP reset (linger 0), so neither the gateway nor the kernel keeps the
 answer queued for a reader that never drains it.
 
+The scope also carries `relay.DISCONNECT_EXTENSION`: the relay hands it a
+callback the protocol calls when the connection is lost, instead of running a
+task per request that waits on `receive` for `http.disconnect`.
+
 Each response's head is held until the end of the event loop's turn
 (`HeadHold`): a whole answer's body, sent in the same turn, goes out with it
 in one write, one system call where uvicorn makes two.
@@ -37,12 +41,13 @@ import asyncio
 import json
 import socket
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.errors import GatewayError, HeadersTooLarge, InvalidRequest
-from gateway.upstream.relay import ABORT_EXTENSION
+from gateway.upstream.relay import ABORT_EXTENSION, DISCONNECT_EXTENSION
 
 
 class HeaderDeadlineProtocol(HttpToolsProtocol):
@@ -55,6 +60,7 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         self._header_timer: asyncio.TimerHandle | None = None
         self._head = _HeadCount()
         self._refused = False  # answered 431: what still comes is dropped
+        self._on_lost: Callable[[], None] | None = None  # the relay's watch on the client (DISCONNECT_EXTENSION)
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -82,11 +88,21 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+        on_lost, self._on_lost = self._on_lost, None
+        if on_lost is not None:
+            on_lost()
+
+    def _watch_lost(self, callback: Callable[[], None] | None) -> None:
+        """DISCONNECT_EXTENSION: `callback` is called once if the connection is lost
+        before it is replaced or taken back (None). A connection runs one request's
+        app at a time (uvicorn queues pipelined ones), so one slot does."""
+        self._on_lost = callback
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        extensions: dict[str, Any] = {**self.scope.get("extensions", {}), ABORT_EXTENSION: self._abort}
-        self.scope["extensions"] = extensions  # ASGI types extension values as dicts; this one is a callable
+        extensions: dict[str, Any] = {**self.scope.get("extensions", {}), ABORT_EXTENSION: self._abort,
+                                      DISCONNECT_EXTENSION: self._watch_lost}
+        self.scope["extensions"] = extensions  # ASGI types extension values as dicts; these are callables
         if self._header_timer is None:
             self._arm()
 
