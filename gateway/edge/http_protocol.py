@@ -30,9 +30,10 @@ The scope also carries `relay.DISCONNECT_EXTENSION`: the relay hands it a
 callback the protocol calls when the connection is lost, instead of running a
 task per request that waits on `receive` for `http.disconnect`.
 
-Each response's head is held until the end of the event loop's turn
-(`HeadHold`): a whole answer's body, sent in the same turn, goes out with it
-in one write, one system call where uvicorn makes two.
+What a connection writes in one turn of the event loop goes out in one write
+at the end of that turn (`TurnWrites`): uvicorn writes a response's head, its
+body and a stream's closing chunk each on its own, one system call each; a
+whole answer is now one, and a stream's last events share theirs with its end.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn narrows it so
         super().connection_made(transport)
-        self.transport = HeadHold(transport, self.loop)  # uvicorn's flow control keeps the bare one
+        self.transport = TurnWrites(transport, self.loop)  # uvicorn's flow control keeps the bare one
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -117,8 +118,6 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm()
         self._head.reading = False
-        if isinstance(self.transport, HeadHold):
-            self.transport.hold_next()  # the first write of this request's cycle is its response head
         super().on_headers_complete()
 
     def _arm(self) -> None:
@@ -159,40 +158,29 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-class HeadHold(asyncio.Transport):
-    """A connection's transport that holds the next write until the end of the
-    loop's turn, and sends it with whatever is written after it in that turn.
-    Every other write, and the closing calls, go straight through, the held
-    bytes first, so nothing is reordered or lost on a clean close."""
+class TurnWrites(asyncio.Transport):
+    """A connection's transport whose writes wait for the end of the loop's turn
+    and leave together, in order, in one write. Closing sends what waits first;
+    aborting drops it, as an abort drops what the kernel holds."""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
         self._transport = transport
         self._loop = loop
-        self._hold = False
-        self._held: bytes | None = None
-
-    def hold_next(self) -> None:
-        self._hold = True
+        self._pending: list[bytes] = []
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self._hold:
-            self._hold = False
-            self._held = bytes(data)
+        if not self._pending:
             self._loop.call_soon(self.flush)
-            return
-        held = self._held
-        if held is not None:
-            self._held = None
-            data = held + data
-        self._transport.write(data)
+        self._pending.append(bytes(data))
 
     def flush(self) -> None:
-        held = self._held
-        if held is not None:
-            self._held = None
-            if not self._transport.is_closing():  # the client went: nothing to send it to
-                self._transport.write(held)
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        if not self._transport.is_closing():  # the client went: nothing to send it to
+            self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
     def close(self) -> None:
         self.flush()
@@ -203,7 +191,7 @@ class HeadHold(asyncio.Transport):
         self._transport.write_eof()
 
     def abort(self) -> None:
-        self._held = None
+        self._pending = []
         self._transport.abort()
 
     def can_write_eof(self) -> bool:
@@ -225,7 +213,7 @@ class HeadHold(asyncio.Transport):
         return self._transport.is_reading()
 
     def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + len(self._held or b"")
+        return self._transport.get_write_buffer_size() + sum(len(data) for data in self._pending)
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
         self._transport.set_protocol(protocol)

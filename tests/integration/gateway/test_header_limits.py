@@ -91,10 +91,10 @@ def test_heads_within_the_limits_are_served_on_one_connection(served):
             assert answer.json()["choices"]
 
 
-def test_a_stream_arrives_whole_after_its_held_head(served):
-    """The head of a streamed answer is held for a turn at most: the events follow it, in order."""
+def test_a_stream_arrives_whole_through_writes_gathered_by_turn(served):
+    """Writes wait for the end of their turn at most: a stream's head and events arrive, in order."""
     with httpx.Client(base_url=served.url, timeout=60) as client:
-        for _ in range(2):  # the second request's head is held afresh on the kept-alive connection
+        for _ in range(2):  # and again on the kept-alive connection
             with client.stream("POST", "/v1/chat/completions", json={**GREEDY, "stream": True}) as response:
                 assert response.status_code == 200
                 assert response.headers["content-type"].startswith("text/event-stream")
