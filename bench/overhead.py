@@ -48,6 +48,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proc_cpu import cpu_seconds, process_tree  # noqa: E402 (the sibling module)
+
 ROOT = Path(__file__).resolve().parent.parent
 BODY = {"model": "bench", "messages": [{"role": "user", "content": "Write a haiku about rivers."}],
         "temperature": 0, "max_tokens": 128}
@@ -141,38 +144,6 @@ def run_wrk(url: str, concurrency: int, duration: float, script: Path) -> dict:
     return {"rps": rps, "p50_ms": latency["50"], "p99_ms": latency["99"],
             "errors": int(errors.group(1)) if errors else 0,
             "requests": int(re.search(r"(\d+) requests in", out).group(1))}
-
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def process_tree(root: int) -> list[int]:
-    """`root` and every process under it (a gateway's workers, nginx's worker), from /proc."""
-    parents: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone while we looked
-        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo += parents.get(pid, [])
-    return tree
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time these processes have spent so far."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return total / CLOCK_TICKS
 
 
 def _ms(value: str, unit: str) -> float:
