@@ -12,13 +12,19 @@ rounds. Needs Debian's nginx and wrk.
 (exported to a temporary folder), interleaved with the others, so a change's
 cost is measured against the code before it under the same noise.
 
+Every row also says how much CPU the target's own processes (the gateway and
+its workers, nginx's master and worker, the backend for `direct`) spent per
+request served in that window: user + system time from /proc/PID/stat, over
+the requests the load generator completed.
+
 `--state-url URL` (or `--start-redis`, which starts a redis-server of its own)
 adds `gateway+state`: the same gateway with SPECGATE_STATE_URL set, so what
 sharing state costs the request path is measured against `gateway` in the same
-rounds. `--workers N` adds `gateway+state xN`: `specgate serve --workers N` on
-that store.
+rounds. `--workers N[,M...]` adds `gateway+state xN` for each count over 1:
+`specgate serve --workers N` on that store, the series of how throughput
+grows with processes.
 
-    python bench/overhead.py --modes wrk --concurrency 1,32 --start-redis --workers 2
+    python bench/overhead.py --modes wrk --concurrency 1,32 --start-redis --workers 2,4
 
 `--tracing` adds `gateway+tracing`: the same gateway exporting a span per
 request (OTEL_EXPORTER_OTLP_ENDPOINT) to an OTLP receiver of its own
@@ -40,6 +46,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proc_cpu import cpu_seconds, process_tree  # noqa: E402 (the sibling module)
 
 ROOT = Path(__file__).resolve().parent.parent
 BODY = {"model": "bench", "messages": [{"role": "user", "content": "Write a haiku about rivers."}],
@@ -132,7 +142,8 @@ def run_wrk(url: str, concurrency: int, duration: float, script: Path) -> dict:
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return {"rps": rps, "p50_ms": latency["50"], "p99_ms": latency["99"],
-            "errors": int(errors.group(1)) if errors else 0}
+            "errors": int(errors.group(1)) if errors else 0,
+            "requests": int(re.search(r"(\d+) requests in", out).group(1))}
 
 
 def _ms(value: str, unit: str) -> float:
@@ -166,7 +177,7 @@ async def run_aiohttp(url: str, concurrency: int, duration: float, stream: bool)
     latencies.sort()
     return {"rps": len(latencies) / elapsed, "p50_ms": 1000 * latencies[len(latencies) // 2],
             "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
-            "errors": errors}
+            "errors": errors, "requests": len(latencies)}
 
 
 def start(cmd: list[str], log: Path, env: dict | None = None, cwd: Path | None = None) -> subprocess.Popen:
@@ -193,13 +204,15 @@ def parse_args() -> argparse.Namespace:
     store.add_argument("--state-url", metavar="URL", help="also run the gateway with this SPECGATE_STATE_URL")
     store.add_argument("--start-redis", action="store_true",
                        help="start a redis-server and run the gateway with it as well")
-    parser.add_argument("--workers", type=int, default=1, metavar="N",
-                        help="also run `serve --workers N` on the state store (needs one of the two above)")
+    parser.add_argument("--workers", default="1", metavar="N[,M...]",
+                        help="also run `serve --workers N` on the state store for each N over 1 "
+                             "(needs one of the two above)")
     parser.add_argument("--tracing", action="store_true",
                         help="also run the gateway with OpenTelemetry traces exported to a local receiver")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "overhead.json")
     args = parser.parse_args()
-    if args.workers > 1 and not (args.state_url or args.start_redis):
+    args.workers = [int(n) for n in args.workers.split(",") if int(n) > 1]
+    if args.workers and not (args.state_url or args.start_redis):
         parser.error("--workers needs --state-url or --start-redis")
     return args
 
@@ -216,17 +229,20 @@ def main() -> None:
     results: dict = {"duration_s": args.duration, "rounds": args.rounds, "cpus": os.cpu_count(), "runs": []}
     try:
         targets = start_targets(args, tmp, procs)
-        for port, listeners in targets.values():
+        for port, listeners, _ in targets.values():
             wait_port(port, listeners)
+        trees = {target: process_tree(pid) for target, (_, _, pid) in targets.items()}
         for mode in args.modes.split(","):
             for concurrency in [int(c) for c in args.concurrency.split(",")]:
-                for port, _ in targets.values():  # warm up connections and code paths
+                for port, _, _ in targets.values():  # warm up connections and code paths
                     url = f"http://127.0.0.1:{port}/v1/chat/completions"
                     measure(mode, url, concurrency, 1.0, script)
                 for round_no in range(args.rounds):
-                    for target, (port, _) in targets.items():
+                    for target, (port, _, _) in targets.items():
                         url = f"http://127.0.0.1:{port}/v1/chat/completions"
+                        before = cpu_seconds(trees[target])
                         row = measure(mode, url, concurrency, args.duration, script)
+                        row["cpu_us"] = 1e6 * (cpu_seconds(trees[target]) - before) / max(1, row["requests"])
                         row.update(mode=mode, concurrency=concurrency, target=target, round=round_no)
                         results["runs"].append(row)
                         print(json.dumps(row), flush=True)
@@ -244,52 +260,55 @@ def main() -> None:
     print(markdown(results["summary"]))
 
 
-def start_targets(args: argparse.Namespace, tmp: Path, procs: list[subprocess.Popen]) -> dict[str, tuple[int, int]]:
+def start_targets(args: argparse.Namespace, tmp: Path,
+                  procs: list[subprocess.Popen]) -> dict[str, tuple[int, int, int]]:
     """Start the backend, nginx and every gateway asked for (appended to `procs`);
-    each target's (port, listening sockets to wait for)."""
-    upstream, nginx_port, gateway_port = free_port(), free_port(), free_port()
+    each target's (port, listening sockets to wait for, process id of its tree's root)."""
+    upstream, nginx_port = free_port(), free_port()
     (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, upstream=upstream, port=nginx_port))
     (tmp / "policy.yaml").write_text(bench_policy(upstream))
     env = {**os.environ, "SPECGATE_LOG_LEVEL": "info"}
     env.pop("SPECGATE_STATE_URL", None)  # `gateway` runs alone, as without a store
     env = {k: v for k, v in env.items() if not k.startswith("OTEL_")}  # and untraced
 
-    def serve(port: int, log: str, *extra: str, **more_env: str) -> None:
-        procs.append(start([sys.executable, "-m", "specgate.cli", "serve", "--policy", str(tmp / "policy.yaml"),
-                            "--port", str(port), *extra], tmp / log, {**env, **more_env}))
+    def launch(port: int, listeners: int, cmd: list[str], log: str, **kwargs: Any) -> tuple[int, int, int]:
+        procs.append(start(cmd, tmp / log, **kwargs))
+        return port, listeners, procs[-1].pid
 
-    procs.append(start([sys.executable, str(ROOT / "bench" / "fast_upstream.py"), "--port", str(upstream)],
-                       tmp / "up.log"))
-    procs.append(start([shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(tmp / "nginx.conf")],
-                       tmp / "nginx.log"))
-    serve(gateway_port, "gateway.log")
-    targets = {"direct": (upstream, 1), "nginx": (nginx_port, 1), "gateway": (gateway_port, 1)}
+    def serve(log: str, *extra: str, workers: int = 1, **more_env: str) -> tuple[int, int, int]:
+        port = free_port()
+        return launch(port, workers, [sys.executable, "-m", "specgate.cli", "serve", "--policy",
+                                      str(tmp / "policy.yaml"), "--port", str(port), *extra], log,
+                      env={**env, **more_env})
+
+    targets = {
+        "direct": launch(upstream, 1, [sys.executable, str(ROOT / "bench" / "fast_upstream.py"), "--port",
+                                       str(upstream)], "up.log"),
+        "nginx": launch(nginx_port, 1, [shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(tmp / "nginx.conf")],
+                        "nginx.log"),
+        "gateway": serve("gateway.log"),
+    }
     if args.baseline:
         tree = export_tree(args.baseline, tmp / "baseline")
-        targets["baseline"] = (free_port(), 1)
+        port = free_port()
         cli = "specgate.cli" if (tree / "specgate" / "cli.py").exists() else "gateway.cli"  # before the layout by stage
-        procs.append(start([sys.executable, "-m", cli, "serve", "--policy", str(tmp / "policy.yaml"),
-                            "--port", str(targets["baseline"][0])], tmp / "baseline.log",
-                           {**env, "PYTHONPATH": str(tree)}, cwd=tree))
+        targets["baseline"] = launch(port, 1, [sys.executable, "-m", cli, "serve", "--policy",
+                                               str(tmp / "policy.yaml"), "--port", str(port)], "baseline.log",
+                                     env={**env, "PYTHONPATH": str(tree)}, cwd=tree)
     state_url = args.state_url
     if args.start_redis:
         redis, state_url = start_redis(tmp)
         procs.append(redis)
     if state_url:
-        targets["gateway+state"] = (free_port(), 1)
-        serve(targets["gateway+state"][0], "gateway-state.log", SPECGATE_STATE_URL=state_url)
-    if state_url and args.workers > 1:
-        name = f"gateway+state x{args.workers}"
-        targets[name] = (free_port(), args.workers)
-        serve(targets[name][0], "gateway-workers.log", "--workers", str(args.workers),
-              SPECGATE_STATE_URL=state_url)
+        targets["gateway+state"] = serve("gateway-state.log", SPECGATE_STATE_URL=state_url)
+        for workers in args.workers:
+            targets[f"gateway+state x{workers}"] = serve(f"gateway-workers{workers}.log", "--workers", str(workers),
+                                                         workers=workers, SPECGATE_STATE_URL=state_url)
     if args.tracing:
         sink = free_port()
         procs.append(start([sys.executable, str(ROOT / "bench" / "otlp_sink.py"), "--port", str(sink)],
                            tmp / "otlp.log"))
-        targets["gateway+tracing"] = (free_port(), 1)
-        serve(targets["gateway+tracing"][0], "gateway-tracing.log",
-              OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink}")
+        targets["gateway+tracing"] = serve("gateway-tracing.log", OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink}")
     return targets
 
 
@@ -312,7 +331,7 @@ def summarize(runs: list[dict]) -> list[dict]:
         med = {}
         for target in sorted({r["target"] for r in runs}):
             sample = [r for r in runs if (r["mode"], r["concurrency"], r["target"]) == (mode, concurrency, target)]
-            med[target] = {k: statistics.median(r[k] for r in sample) for k in ("rps", "p50_ms", "p99_ms")}
+            med[target] = {k: statistics.median(r[k] for r in sample) for k in ("rps", "p50_ms", "p99_ms", "cpu_us")}
             med[target]["errors"] = sum(r["errors"] for r in sample)
         row = {
             "mode": mode, "concurrency": concurrency, **med,
@@ -330,8 +349,9 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 def markdown(rows: list[dict]) -> str:
     lines = ["| mode | conc. | direct rps | nginx rps | gateway rps | gw/direct | gw/nginx | "
-             "direct p50/p99 ms | nginx p50/p99 ms | gateway p50/p99 ms | added p50/p99 ms | errors d/n/g |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "direct p50/p99 ms | nginx p50/p99 ms | gateway p50/p99 ms | added p50/p99 ms | CPU us/req d/n/g | "
+             "errors d/n/g |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         d, n, g = r["direct"], r["nginx"], r["gateway"]
         lines.append(
@@ -339,18 +359,19 @@ def markdown(rows: list[dict]) -> str:
             f"{r['gateway_vs_direct_rps']:.2f} | {r['gateway_vs_nginx_rps']:.2f} | "
             f"{d['p50_ms']:.2f}/{d['p99_ms']:.2f} | {n['p50_ms']:.2f}/{n['p99_ms']:.2f} | "
             f"{g['p50_ms']:.2f}/{g['p99_ms']:.2f} | {r['gateway_added_p50_ms']:.2f}/{r['gateway_added_p99_ms']:.2f} | "
-            f"{d['errors']}/{n['errors']}/{g['errors']} |")
+            f"{d['cpu_us']:.0f}/{n['cpu_us']:.0f}/{g['cpu_us']:.0f} | {d['errors']}/{n['errors']}/{g['errors']} |")
     if rows and "baseline" in rows[0]:
         lines += ["", "| mode | conc. | baseline rps | gateway rps | gw/baseline | baseline p50/p99 ms | "
-                      "gateway p50/p99 ms | errors b/g |", "|---|---|---|---|---|---|---|---|"]
+                      "gateway p50/p99 ms | CPU us/req b/g | errors b/g |", "|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             b, g = r["baseline"], r["gateway"]
             lines.append(f"| {r['mode']} | {r['concurrency']} | {b['rps']:.0f} | {g['rps']:.0f} | "
                          f"{r['gateway_vs_baseline_rps']:.2f} | {b['p50_ms']:.2f}/{b['p99_ms']:.2f} | "
-                         f"{g['p50_ms']:.2f}/{g['p99_ms']:.2f} | {b['errors']}/{g['errors']} |")
+                         f"{g['p50_ms']:.2f}/{g['p99_ms']:.2f} | {b['cpu_us']:.0f}/{g['cpu_us']:.0f} | "
+                         f"{b['errors']}/{g['errors']} |")
     if rows and rows[0]["extra"]:
         lines += ["", "| mode | conc. | target | rps | vs gateway | vs nginx | p50/p99 ms | "
-                      "p50 - gateway p50 ms | errors |", "|---|---|---|---|---|---|---|---|---|"]
+                      "p50 - gateway p50 ms | CPU us/req | errors |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             g, n = r["gateway"], r["nginx"]
             for target in ["gateway", *r["extra"]]:
@@ -358,7 +379,7 @@ def markdown(rows: list[dict]) -> str:
                 lines.append(f"| {r['mode']} | {r['concurrency']} | {target} | {t['rps']:.0f} | "
                              f"{t['rps'] / g['rps']:.2f} | {t['rps'] / n['rps']:.2f} | "
                              f"{t['p50_ms']:.2f}/{t['p99_ms']:.2f} | {t['p50_ms'] - g['p50_ms']:+.2f} | "
-                             f"{t['errors']} |")
+                             f"{t['cpu_us']:.0f} | {t['errors']} |")
     return "\n".join(lines)
 
 

@@ -12,11 +12,37 @@ from HTTP.
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+
+M = TypeVar("M", Counter, Gauge, Histogram)
+
+
+class Children(Generic[M]):
+    """A labelled metric's children, each bound once. `.labels(...)` checks its
+    values and takes a lock on every call; the request path asks for the same
+    few children again and again, so it looks them up here. Label values are
+    bounded (above), so this dict is too."""
+
+    __slots__ = ("_bound", "metric")
+    metric: M
+    _bound: dict[tuple[str, ...], M]
+
+    def __init__(self, metric: M) -> None:
+        self.metric = metric
+        self._bound = {}
+
+    def __call__(self, *values: str) -> M:
+        child = self._bound.get(values)
+        if child is None:
+            child = self._bound[values] = self.metric.labels(*values)
+        return child
 
 
 class GatewayMetrics:

@@ -106,8 +106,8 @@ def decide(features: Features, policy: Policy, flags: FlagSnapshot, draw: float 
     for rule in policy.rules:
         if rule.matches is None or rule.matches(features):
             if rule.route == FASTEST:
-                return _fastest(rule, features, policy, flags, draw, model or cold_model(policy),
-                                rng)
+                return _fastest(rule, features, policy, flags, draw,
+                                model if model is not None else cold_model(policy), rng)
             return _guarded(Decision(rule.route, rule.name, rule.reason), features, policy, flags, draw)
     return _guarded(Decision(policy.default_pool, "default_pool", "no rule matched"), features, policy, flags, draw)
 

@@ -33,7 +33,7 @@ from gateway.edge.priority import request_priority
 from gateway.edge.tracing import span_of, trace_decision
 from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, NotFound, PayloadTooLarge, RequestTimeout
 from gateway.flags import FlagStore
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import Children, GatewayMetrics
 from gateway.policy.classes import traffic_class
 from gateway.policy.features import Features
 from gateway.settings import Settings
@@ -95,6 +95,7 @@ class ProxyEndpoints:
         self.load = DecisionLoad(runtime)
         self.flags = flags
         self.metrics = metrics
+        self._decisions, self._predicted = Children(metrics.route_decisions), Children(metrics.predicted_e2e)
         self.rng = rng or random.Random()
         self.homes = homes or ResponseHomes()
         self.recorder = Recorder(metrics, runtime, class_latency, observers, self.homes)  # each answer's Measurement
@@ -251,12 +252,11 @@ class ProxyEndpoints:
 
     def _count(self, decision: Decision, api: str) -> None:
         """The decision's metrics, and a log line when a class's preferred pool changes."""
-        self.metrics.route_decisions.labels(decision.pool, decision.rule, str(decision.explored).lower(),
-                                            api).inc()
+        self._decisions(decision.pool, decision.rule, "true" if decision.explored else "false", api).inc()
         found = decision.fastest
         if found is None:
             return
-        self.metrics.predicted_e2e.labels(found.pool).observe(found.chosen.predicted.e2e_s)
+        self._predicted(found.pool).observe(found.chosen.predicted.e2e_s)
         before = self.preferred.get((decision.rule, found.traffic))
         if before != found.best:
             self.preferred[(decision.rule, found.traffic)] = found.best

@@ -25,6 +25,15 @@ Every request's scope carries an ASGI extension (`relay.ABORT_EXTENSION`)
 that resets the connection at once: a client that stopped reading is cut
 with a TCP reset (linger 0), so neither the gateway nor the kernel keeps the
 answer queued for a reader that never drains it.
+
+The scope also carries `relay.DISCONNECT_EXTENSION`: the relay hands it a
+callback the protocol calls when the connection is lost, instead of running a
+task per request that waits on `receive` for `http.disconnect`.
+
+What a connection writes in one turn of the event loop goes out in one write
+at the end of that turn (`TurnWrites`): uvicorn writes a response's head, its
+body and a stream's closing chunk each on its own, one system call each; a
+whole answer is now one, and a stream's last events share theirs with its end.
 """
 
 from __future__ import annotations
@@ -33,12 +42,13 @@ import asyncio
 import json
 import socket
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.errors import GatewayError, HeadersTooLarge, InvalidRequest
-from gateway.upstream.relay import ABORT_EXTENSION
+from gateway.upstream.relay import ABORT_EXTENSION, DISCONNECT_EXTENSION
 
 
 class HeaderDeadlineProtocol(HttpToolsProtocol):
@@ -51,6 +61,7 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         self._header_timer: asyncio.TimerHandle | None = None
         self._head = _HeadCount()
         self._refused = False  # answered 431: what still comes is dropped
+        self._on_lost: Callable[[], None] | None = None  # the relay's watch on the client (DISCONNECT_EXTENSION)
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -72,16 +83,27 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn narrows it so
         super().connection_made(transport)
+        self.transport = TurnWrites(transport, self.loop)  # uvicorn's flow control keeps the bare one
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+        on_lost, self._on_lost = self._on_lost, None
+        if on_lost is not None:
+            on_lost()
+
+    def _watch_lost(self, callback: Callable[[], None] | None) -> None:
+        """DISCONNECT_EXTENSION: `callback` is called once if the connection is lost
+        before it is replaced or taken back (None). A connection runs one request's
+        app at a time (uvicorn queues pipelined ones), so one slot does."""
+        self._on_lost = callback
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        extensions: dict[str, Any] = {**self.scope.get("extensions", {}), ABORT_EXTENSION: self._abort}
-        self.scope["extensions"] = extensions  # ASGI types extension values as dicts; this one is a callable
+        extensions: dict[str, Any] = {**self.scope.get("extensions", {}), ABORT_EXTENSION: self._abort,
+                                      DISCONNECT_EXTENSION: self._watch_lost}
+        self.scope["extensions"] = extensions  # ASGI types extension values as dicts; these are callables
         if self._header_timer is None:
             self._arm()
 
@@ -134,6 +156,70 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         self._header_timer = None
         if not self.transport.is_closing():
             self.transport.close()
+
+
+class TurnWrites(asyncio.Transport):
+    """A connection's transport whose writes wait for the end of the loop's turn
+    and leave together, in order, in one write. Closing sends what waits first;
+    aborting drops it, as an abort drops what the kernel holds."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(bytes(data))
+
+    def flush(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        if not self._transport.is_closing():  # the client went: nothing to send it to
+            self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def abort(self) -> None:
+        self._pending = []
+        self._transport.abort()
+
+    def can_write_eof(self) -> bool:
+        return self._transport.can_write_eof()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+    def is_reading(self) -> bool:
+        return self._transport.is_reading()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(len(data) for data in self._pending)
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._transport.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._transport.get_protocol()
 
 
 class _TooMany(Exception):

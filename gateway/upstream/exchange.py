@@ -23,7 +23,7 @@ import structlog
 from gateway.decide.json_body import Spans, dumps_with
 from gateway.decide.traffic import ClassLatency
 from gateway.errors import DeadlineExceeded, GatewayError
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import Children, GatewayMetrics
 from gateway.telemetry.spans import NULL_SPAN, RequestSpan
 from gateway.upstream.claim import Claim
 from gateway.upstream.drafting import Drafting
@@ -124,19 +124,21 @@ class Recorder:
         self.class_latency = class_latency
         self.sinks: list[Sink] = [*([] if class_latency is None else [self._class_timing]), *sinks]
         self.log = structlog.get_logger("specgate.request")
+        self._requests, self._duration = Children(metrics.requests), Children(metrics.duration)
+        self._ttfb, self._in_flight = Children(metrics.ttfb), Children(metrics.in_flight)
 
     def overhead(self, seconds: float) -> None:
         self.metrics.overhead.observe(seconds)
 
     def answered(self, pool: Pool, rule: str, status: int, duration_s: float, ttfb_s: float | None,
                  api: str) -> None:
-        self.metrics.requests.labels(pool.name, rule, str(status), api).inc()
-        self.metrics.duration.labels(pool.name).observe(duration_s)
+        self._requests(pool.name, rule, str(status), api).inc()
+        self._duration(pool.name).observe(duration_s)
         if ttfb_s is not None:
-            self.metrics.ttfb.labels(pool.name).observe(ttfb_s)
+            self._ttfb(pool.name).observe(ttfb_s)
 
     def lease(self, pool: Pool, delta: int) -> None:
-        self.metrics.in_flight.labels(pool.name).inc(delta)
+        self._in_flight(pool.name).inc(delta)
 
     def error(self, pool: Pool, kind: str) -> None:
         self.metrics.upstream_errors.labels(pool.name, kind).inc()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gateway.metrics import Children
 from gateway.policy.priority import tier
 
 OUTCOMES = ("served", "full", "evicted", "timeout", "cancelled", "failed")
@@ -38,7 +39,7 @@ class QueueMetrics:
         self.seconds_by_tier = Histogram("specgate_priority_wait_seconds", "Time a request waited for a slot, "
                                          "by routed pool and priority tier", ["pool", "tier"],
                                          buckets=WAIT_BUCKETS, registry=r)
-        self._admitted: dict[tuple[str, str], Counter] = {}
+        self._admitted = Children(self.admitted_by_tier)
 
     def waiting(self, pool: str, count: int) -> None:
         self.now.labels(pool).set(count)
@@ -51,11 +52,7 @@ class QueueMetrics:
 
     def admitted(self, pool: str, priority: int) -> None:
         """Once per request: the labelled child is looked up once per pool and tier."""
-        key = (pool, tier(priority))
-        child = self._admitted.get(key)
-        if child is None:
-            child = self._admitted[key] = self.admitted_by_tier.labels(*key)
-        child.inc()
+        self._admitted(pool, tier(priority)).inc()
 
     def queued(self, pool: str, priority: int, seconds: float) -> None:
         """A request that waited `seconds`, however its wait ended."""

@@ -37,6 +37,9 @@ from gateway.upstream.usage import UsagePlan, UsageTap
 # An ASGI extension the server may put in the scope: a callable that resets the
 # client connection at once (a graceful close waits for buffers a stalled client never drains).
 ABORT_EXTENSION = "specgate.abort"
+# Another: a callable that takes a callback (None: no longer) and calls it if the client connection
+# is lost, so the relay learns of a client gone without a task of its own waiting on `receive`.
+DISCONNECT_EXTENSION = "specgate.on_disconnect"
 CLIENT_CLOSED = 499  # nginx's code for "the client went away first"
 KEEPALIVE_COMMENT = b": keepalive\n\n"
 
@@ -76,22 +79,34 @@ class _Cut:
 
 
 class ClientWatch(_Cut):
-    """Cancels the current task when the client disconnects; one watcher task."""
+    """Cancels the current task when the client disconnects: told by the server
+    (DISCONNECT_EXTENSION) where it can, else by a watcher task on `receive`."""
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, receive: Receive, scope: Scope) -> None:
         super().__init__()
         self._closed = False
-        self._watcher = asyncio.ensure_future(self._watch(receive))
+        self._watcher: asyncio.Future[None] | None = None
+        self._told = scope.get("extensions", {}).get(DISCONNECT_EXTENSION)
+        if self._told is not None:
+            self._told(self._gone)
+        else:
+            self._watcher = asyncio.ensure_future(self._watch(receive))
 
     async def _watch(self, receive: Receive) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
+        self._gone()
+
+    def _gone(self) -> None:
         if not self._closed:
             self._fire()
 
     def close(self) -> None:
         self._closed = True
-        self._watcher.cancel()
+        if self._told is not None:
+            self._told(None)
+        if self._watcher is not None:
+            self._watcher.cancel()
 
 
 class WriteWatch(_Cut):
@@ -135,7 +150,7 @@ class Relay:
         self.timeouts = timeouts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watch = ClientWatch(receive)
+        watch = ClientWatch(receive, scope)
         writes = WriteWatch(self.timeouts.write_s)
         outcome = Outcome(CLIENT_CLOSED)
         try:  # whatever raises through here unjudged says nothing of the endpoint

@@ -275,11 +275,16 @@ class PooledTransport(httpx.AsyncBaseTransport):
         url = request.url
         origin: Origin = (url.raw_scheme, url.raw_host, url.port or (443 if url.scheme == "https" else 80))
         timeouts: dict[str, Any] = request.extensions.get("timeout", {})
-        slots = self._slots.setdefault(origin, asyncio.Semaphore(self._max_connections))
-        try:
-            await asyncio.wait_for(slots.acquire(), timeouts.get("pool"))
-        except asyncio.TimeoutError:
-            raise httpx.PoolTimeout("no free connection slot within the pool timeout", request=request) from None
+        slots = self._slots.get(origin)
+        if slots is None:
+            slots = self._slots[origin] = asyncio.Semaphore(self._max_connections)
+        if slots.locked():  # only a full pool waits, bounded by the pool timeout
+            try:
+                await asyncio.wait_for(slots.acquire(), timeouts.get("pool"))
+            except asyncio.TimeoutError:
+                raise httpx.PoolTimeout("no free connection slot within the pool timeout", request=request) from None
+        else:  # a free slot is taken at once: wait_for would wrap it in a task and a turn of the loop
+            await slots.acquire()
         payload = _serialize(request, await request.aread())
         try:
             connection = await self._exchange(origin, payload, timeouts, request.extensions.get("deadline"),

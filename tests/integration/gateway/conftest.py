@@ -5,6 +5,7 @@ from __future__ import annotations
 import queue
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -77,13 +78,14 @@ def std_fake() -> Iterator[FakeVllm]:
 def start_gateway(tmp_path) -> Iterator[Callable[..., Gateway]]:
     servers: list[BackgroundServer] = []
 
-    def start(policy: dict, **settings) -> Gateway:
+    def start(policy: dict, http: Any = "auto", **settings) -> Gateway:
+        """`http`: uvicorn's HTTP protocol; `with_header_timeout(...)` serves as `specgate serve` does."""
         path = tmp_path / "policy.yaml"
         path.write_text(yaml.safe_dump(policy, sort_keys=False))
         options = {"policy": path, "admin_token": ADMIN_TOKEN, "keepalive_s": 10.0,
                    "policy_watch_interval_s": 0.2, **settings}
         app = create_app(Settings(**options))
-        server = BackgroundServer(app, lifespan="on").start()
+        server = BackgroundServer(app, lifespan="on", http=http).start()
         servers.append(server)
         return Gateway(app, server, path)
 

@@ -89,3 +89,14 @@ def test_heads_within_the_limits_are_served_on_one_connection(served):
             answer = connection.answer("POST")
             assert answer is not None and answer.status == 200, answer
             assert answer.json()["choices"]
+
+
+def test_a_stream_arrives_whole_through_writes_gathered_by_turn(served):
+    """Writes wait for the end of their turn at most: a stream's head and events arrive, in order."""
+    with httpx.Client(base_url=served.url, timeout=60) as client:
+        for _ in range(2):  # and again on the kept-alive connection
+            with client.stream("POST", "/v1/chat/completions", json={**GREEDY, "stream": True}) as response:
+                assert response.status_code == 200
+                assert response.headers["content-type"].startswith("text/event-stream")
+                events = [line for line in response.iter_lines() if line.startswith("data:")]
+            assert events[-1] == "data: [DONE]" and len(events) > 1, events

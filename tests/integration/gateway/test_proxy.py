@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.edge.http_protocol import with_header_timeout
 from tests.fakes.raw_sse import RawSseBackend
 from tests.fakes.vllm import FakeVllm
 from tests.fakes.waiting import wait_until
@@ -104,8 +105,13 @@ def test_stream_is_relayed_chunk_by_chunk_not_buffered(gateway, spec_fake):
     assert any("third" in line for line in rest)
 
 
+@pytest.mark.parametrize("own_protocol", [False, True], ids=["uvicorn", "specgate-serve"])
 @pytest.mark.parametrize("stream", [True, False])
-def test_client_disconnect_cancels_the_upstream_request(gateway, spec_fake, stream):
+def test_client_disconnect_cancels_the_upstream_request(start_gateway, spec_fake, std_fake, stream, own_protocol):
+    """Under uvicorn's own protocol a task watches `receive`; under `specgate serve`'s the
+    protocol tells the relay when the connection is lost (DISCONNECT_EXTENSION)."""
+    http = with_header_timeout(60.0) if own_protocol else "auto"
+    gateway = start_gateway(policy_dict([spec_fake.url], [std_fake.url]), http=http)
     spec_fake.script(text="a b c d e f g h", chunks=8, delay=0.4)
     body = {"model": "m", "messages": MESSAGES, "stream": stream, **GREEDY}
     if stream:

@@ -85,6 +85,20 @@ def test_without_a_generator_the_mean_decides_and_nothing_explores():
     assert [e.sample_s for e in candidates] == [e.predicted.e2e_s for e in candidates]
 
 
+def test_a_model_with_no_timed_answers_is_still_the_one_read():
+    """A model that has learned only acceptance (whole bodies teach no times) holds no
+    tables yet; the decision reads it all the same, not a cold model of the priors."""
+    model = LatencyModel(POLICY.schedules, clock=lambda: 0.0)
+    model.acceptance.observe("speculative", CHAT, 1.0, 4)  # nothing of four drafts accepted
+    assert len(model) == 0
+    decision = decide(features(), POLICY, FlagStore(POLICY.speculative_pools).snapshot(), 0.5, model)
+    spec = next(e for e in decision.fastest.estimates if e.pool == "speculative")
+    learned = model.predict("speculative", CHAT, 0, decision.fastest.tokens)
+    cold = LatencyModel(POLICY.schedules, clock=lambda: 0.0).predict("speculative", CHAT, 0, decision.fastest.tokens)
+    assert spec.predicted == learned
+    assert learned.tpot_s > cold.tpot_s, "the learned acceptance makes drafting slower than its prior"
+
+
 @pytest.mark.parametrize("make,bound", [
     (lambda: measured(speculative=SLOW, standard=FAST), 0.02),  # well measured, far apart: nearly never
     (lambda: LatencyModel(POLICY.schedules), 0.45),  # cold: often, but the priors still lean
