@@ -58,8 +58,8 @@ def answer_batch(model: Any, tokenizer: Any, batch: list[list[int]], max_new_tok
 
     width = max(len(p) for p in batch)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=model.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=model.device)
     with torch.inference_mode():
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
                              eos_token_id=tokenizer.eos_token_id, pad_token_id=pad)  # fmt: skip
@@ -96,7 +96,7 @@ def _write_chunk(out: Path, lines: list[dict[str, Any]]) -> None:
 
 def build(prompt_files: list[Path], out: Path, model_dir: Path, max_new_tokens: int = 160, batch_size: int = 8,
           max_prompt_tokens: int = 640, chunk_size: int = 64, time_limit_s: float | None = None,
-          progress: bool = True) -> dict[str, Any]:
+          progress: bool = True, device: str = "cpu") -> dict[str, Any]:
     """Answer the prompts no chunk holds yet, chunk by chunk, then write the
     dataset from every chunk; returns what this run did (`answer_tokens`, `seconds`, `done`)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -115,7 +115,7 @@ def build(prompt_files: list[Path], out: Path, model_dir: Path, max_new_tokens: 
         if len(ids) <= max_prompt_tokens and prompt.id not in done:
             todo.append((prompt, ids))
     todo.sort(key=lambda item: len(item[1]))  # similar lengths share a batch: less padding
-    model = load_target(model_dir) if todo else None
+    model = load_target(model_dir, device) if todo else None
     answer_tokens = 0
     bar = tqdm(total=len(done) + len(todo), initial=len(done), desc="answers", unit="prompt", disable=not progress)
     for start in range(0, len(todo), chunk_size):
@@ -151,13 +151,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-size", type=int, default=64, help="prompts per chunk file (the resume unit)")
     parser.add_argument("--time-limit", type=float, help="start no chunk after this many seconds")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
+    parser.add_argument("--device", default="cpu", help="where the target runs: cpu, cuda, cuda:N")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
     run = build(args.prompts, args.out, args.model or prepare(), args.max_new_tokens, args.batch_size,
-                chunk_size=args.chunk_size, time_limit_s=args.time_limit, progress=not args.no_progress)
+                chunk_size=args.chunk_size, time_limit_s=args.time_limit, progress=not args.no_progress,
+                device=args.device)
     rate = run["answer_tokens"] / run["seconds"] if run["seconds"] else 0.0
     print(f"this run: {run['answer_tokens']} answer tokens in {run['seconds']} s ({rate:.1f} tokens/s); "
           f"{'all prompts answered' if run['done'] else 'prompts left: run again to resume'}", file=sys.stderr)
