@@ -98,7 +98,8 @@ def build(prompt_files: list[Path], out: Path, model_dir: Path, max_new_tokens: 
           max_prompt_tokens: int = 640, chunk_size: int = 64, time_limit_s: float | None = None,
           progress: bool = True, device: str = "cpu") -> dict[str, Any]:
     """Answer the prompts no chunk holds yet, chunk by chunk, then write the
-    dataset from every chunk; returns what this run did (`answer_tokens`, `seconds`, `done`)."""
+    dataset from every chunk; returns what this run did (`answer_tokens`, the
+    `seconds` spent answering, `done`)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     from tqdm import tqdm
     from transformers import AutoTokenizer
@@ -116,7 +117,7 @@ def build(prompt_files: list[Path], out: Path, model_dir: Path, max_new_tokens: 
             todo.append((prompt, ids))
     todo.sort(key=lambda item: len(item[1]))  # similar lengths share a batch: less padding
     model = load_target(model_dir, device) if todo else None
-    answer_tokens = 0
+    answer_tokens, answering = 0, time.monotonic()
     bar = tqdm(total=len(done) + len(todo), initial=len(done), desc="answers", unit="prompt", disable=not progress)
     for start in range(0, len(todo), chunk_size):
         if time_limit_s is not None and time.monotonic() - started > time_limit_s:
@@ -133,8 +134,8 @@ def build(prompt_files: list[Path], out: Path, model_dir: Path, max_new_tokens: 
             bar.update(len(batch))
         _write_chunk(out, lines)
     bar.close()
+    seconds = time.monotonic() - answering
     manifest = assemble(out, model_dir.name)
-    seconds = time.monotonic() - started
     return {"manifest": manifest, "answer_tokens": answer_tokens, "seconds": round(seconds, 1),
             "done": len(done) + len(todo) == len({str(line["id"]) for line in chunk_lines(out)})}
 
