@@ -32,7 +32,7 @@ def build(chosen: list[prompts.Prompt], answers: dict[str, str], out: Path, toke
         ids, mask = tokenize(tokenizer, messages)
         ids, mask = ids[:max_length], mask[:max_length]
         if any(mask):
-            records.append(dataset.Record(prompt.id, prompt.traffic_class, ids, mask))
+            records.append(dataset.Record(prompt.id, prompt.traffic_class, ids, mask, prompt.source))
     name = str(getattr(tokenizer, "name_or_path", "") or "")
     return dataset.write_dataset(out, records, Path(name).name)
 

@@ -8,6 +8,7 @@ Layout of a dataset directory (`--out DIR` of `specgate draft data`):
     DIR/dataset.jsonl   one conversation a line:
                         {"id": "<sha256 of the prompt messages, 16 hex>",
                          "class": "<traffic class or null>",
+                         "source": "<prompt source or null>",  (optional)
                          "input_ids": [int, ...],   the conversation rendered with the
                                                     target's chat template, tokenized
                          "loss_mask": [0|1, ...]}   same length: 1 on the tokens of every
@@ -42,15 +43,16 @@ class Record:
     traffic_class: str | None
     input_ids: list[int]
     loss_mask: list[int]
+    source: str | None = None  # the prompt generator or file it came from, when known
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "class": self.traffic_class, "input_ids": self.input_ids,
+        return {"id": self.id, "class": self.traffic_class, "source": self.source, "input_ids": self.input_ids,
                 "loss_mask": self.loss_mask}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Record:
         record = cls(str(data["id"]), data.get("class"), [int(t) for t in data["input_ids"]],
-                     [int(m) for m in data["loss_mask"]])
+                     [int(m) for m in data["loss_mask"]], data.get("source"))
         if len(record.input_ids) != len(record.loss_mask):
             raise ValueError(f"record {record.id}: {len(record.input_ids)} tokens but "
                              f"{len(record.loss_mask)} mask entries")

@@ -29,6 +29,10 @@ class Batch:
     argmax: torch.Tensor  # [B, T]
     loss_mask: torch.Tensor  # [B, T] bool: response token and not padding
 
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(self.features.to(device), self.input_ids.to(device), self.argmax.to(device),
+                     self.loss_mask.to(device))
+
 
 def _shift(x: torch.Tensor, n: int) -> torch.Tensor:
     """`x[:, t + n]` at index t, zero (False) past the end."""
@@ -48,9 +52,11 @@ def run_steps(head: Eagle3Head, batch: Batch, steps: int, decay: float = 0.8) ->
     """Training-time test over `steps` draft steps: the loss (cross-entropy to the
     target's greedy token, masked to response tokens, step k weighted `decay**k`)
     and per-step hits."""
-    to_draft = head.target_to_draft(torch.arange(head.config.vocab_size))
+    device = next(head.parameters()).device
+    batch = batch.to(device)
+    to_draft = head.target_to_draft(torch.arange(head.config.vocab_size, device=device))
     hidden = head.fuse(batch.features)
-    positions = torch.arange(batch.input_ids.shape[1])[None].expand(batch.input_ids.shape[0], -1)
+    positions = torch.arange(batch.input_ids.shape[1], device=device)[None].expand(batch.input_ids.shape[0], -1)
     context = TrainingTimeTest()
     result = StepResult(hidden.new_zeros(()), [], [], [], [])
     for k in range(steps):
@@ -82,6 +88,7 @@ def acceptance(head: Eagle3Head, batches: list[Batch], depth: int) -> dict[str, 
     with torch.no_grad():
         for batch in batches:
             result = run_steps(head, batch, depth)
+            batch = batch.to(next(head.parameters()).device)
             # a draft starts after a token the target wrote: both t+1 and t+2 are response tokens
             chain = result.valid[0] & _shift(batch.loss_mask, 1)
             drafts += int(chain.sum())
@@ -149,3 +156,30 @@ def plot_history(history: list[dict[str, Any]], held_out: dict[str, Any], out: s
     fig.savefig(directory / "accuracy.png", dpi=100)
     plt.close(fig)
     return [directory / "loss.png", directory / "accuracy.png"]
+
+
+def plot_validation(validation: list[dict[str, Any]], out: str | os.PathLike[str]) -> Path:
+    """validation.png: the held-out loss and acceptance per position at each validation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    path = Path(out) / "validation.png"
+    steps = [v["step"] for v in validation]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.plot(steps, [v["loss"] for v in validation], marker="o")
+    left.set_xlabel("step")
+    left.set_ylabel("held-out training-time-test loss")
+    depth = len(validation[0]["acceptance_per_position"]) if validation else 0
+    for k in range(depth):
+        right.plot(steps, [v["acceptance_per_position"][k] for v in validation], marker="o", label=f"position {k + 1}")
+    right.set_xlabel("step")
+    right.set_ylabel("held-out acceptance (greedy)")
+    right.set_ylim(0, 1)
+    if depth:
+        right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

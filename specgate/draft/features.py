@@ -55,23 +55,23 @@ def is_holdout(record_id: str, share: float) -> bool:
     return bucket < share
 
 
-def load_target(model_dir: str | os.PathLike[str]) -> Any:
-    """The target in float32 on the CPU, offline, for inference."""
+def load_target(model_dir: str | os.PathLike[str], device: torch.device | str = "cpu") -> Any:
+    """The target in float32 on `device` (the CPU by default), offline, for inference."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
-    return model.eval()
+    return model.to(device).eval()
 
 
 def target_features(model: Any, input_ids: list[int], layer_ids: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
     """The fused-layer inputs `[T, 3H]` and the greedy next tokens `[T]` of one sequence."""
-    ids = torch.tensor([input_ids], dtype=torch.long)
+    ids = torch.tensor([input_ids], dtype=torch.long, device=model.device)
     with torch.inference_mode():
         out = model(input_ids=ids, output_hidden_states=True, use_cache=False)
     # hidden_states[i] is the input of layer i, what vLLM collects for aux layer id i
     features = torch.cat([out.hidden_states[i][0] for i in layer_ids], -1)
-    return features.float(), out.logits[0].argmax(-1)
+    return features.float().cpu(), out.logits[0].argmax(-1).cpu()
 
 
 def _write_shard(path: Path, records: list[FeatureRecord]) -> None:

@@ -24,6 +24,7 @@ class Prompt:
     messages: tuple[tuple[str, str], ...]  # (role, content); the last one is the user's
     traffic_class: str | None = None
     id: str = field(default="", compare=False)
+    source: str | None = field(default=None, compare=False)  # the generator or file it came from
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -34,7 +35,7 @@ class Prompt:
         return [{"role": role, "content": content} for role, content in self.messages]
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "class": self.traffic_class, "messages": self.as_messages()}
+        return {"id": self.id, "class": self.traffic_class, "source": self.source, "messages": self.as_messages()}
 
 
 def parse(data: Any) -> Prompt | None:
@@ -56,8 +57,9 @@ def parse(data: Any) -> Prompt | None:
         messages.append((message["role"], content.strip()))
     if not messages or messages[-1][0] != "user" or not all(text for _, text in messages):
         return None
-    traffic_class = data.get("class")
-    return Prompt(tuple(messages), traffic_class if isinstance(traffic_class, str) else None)
+    traffic_class, source = data.get("class"), data.get("source")
+    return Prompt(tuple(messages), traffic_class if isinstance(traffic_class, str) else None,
+                  source=source if isinstance(source, str) else None)
 
 
 def read(paths: Iterable[Path]) -> Iterator[Prompt | None]:

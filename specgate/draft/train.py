@@ -17,3 +17,8 @@ class TrainOptions:
     holdout: float = 0.1
     max_tokens: int = 1024
     save_dtype: str = "bfloat16"
+    eval_every: int = 50  # steps between validations (and resumable checkpoints)
+    patience: int = 4  # validations without a lower validation loss before training stops
+    validation_tokens: int = 32768  # held-out tokens scored at each validation (all of them at the end)
+    max_records: int | None = None  # use at most this many training and held-out records (a dry run)
+    device: str = "auto"  # "cpu", "cuda", "cuda:N", or "auto": cuda when torch sees one

@@ -4,7 +4,6 @@ Imported only when a head is trained, so the CLI starts without torch."""
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -16,6 +15,7 @@ from backends.engine.eagle3 import checkpoint
 from backends.engine.eagle3.head import Eagle3Head, HeadConfig
 from specgate.draft import evaluate, features
 from specgate.draft.evaluate import Batch
+from specgate.draft.fit import fit
 from specgate.draft.train import TrainOptions
 
 
@@ -104,92 +104,92 @@ def new_head(model_dir: Path, manifest: dict[str, Any], vocab: torch.Tensor, see
     return head
 
 
-def _learning_rate(step: int, options: TrainOptions) -> float:
-    warmup = max(1, options.steps // 20)
-    if step < warmup:
-        return options.lr * (step + 1) / warmup
-    progress = (step - warmup) / max(1, options.steps - warmup)
-    return options.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
-def fit(head: Eagle3Head, train: list[features.FeatureRecord], options: TrainOptions,
-        progress: bool = True) -> list[dict[str, Any]]:
-    """Train `head` in place; returns the loss and per-position accuracy of every step."""
-    from tqdm import tqdm
-
-    generator = torch.Generator().manual_seed(options.seed)
-    torch.manual_seed(options.seed)
-    params = [p for p in head.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=options.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    history: list[dict[str, Any]] = []
-    head.train()
-    bar = tqdm(range(options.steps), desc="train", unit="step", disable=not progress)
-    for step in bar:
-        for group in optimizer.param_groups:
-            group["lr"] = _learning_rate(step, options)
-        result = evaluate.run_steps(head, sample_batch(train, options.batch_tokens, generator), options.ttt_steps)
-        optimizer.zero_grad()
-        result.loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 0.5)
-        optimizer.step()
-        accuracy = [c / n if n else 0.0 for c, n in zip(result.correct, result.counted, strict=True)]
-        loss = float(result.loss.detach())
-        history.append({"step": step + 1, "loss": round(loss, 5), "accuracy": [round(a, 4) for a in accuracy]})
-        bar.set_postfix(loss=f"{loss:.3f}", acc0=f"{accuracy[0]:.2f}")
-    head.eval()
-    return history
+def resolve_device(name: str) -> torch.device:
+    """The training device: `auto` is cuda when torch sees a GPU, else cpu; a
+    cuda device that torch cannot see is an error that says so."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: torch sees no CUDA GPU (torch {torch.__version__}, "
+                         f"built for CUDA {torch.version.cuda or 'none'})")
+    return device
 
 
 def ensure_features(data: Path, feature_dir: Path, model_dir: Path, options: TrainOptions,
-                    progress: bool) -> dict[str, Any]:
+                    progress: bool, device: torch.device | str = "cpu") -> dict[str, Any]:
     """The feature directory for `data`, computed with the target unless already there."""
     if (feature_dir / features.MANIFEST).is_file():
         return features.read_manifest(feature_dir)
     from backends.engine.eagle3.head import default_layer_ids
     from specgate.draft.dataset import read_records
 
-    model = features.load_target(model_dir)
+    model = features.load_target(model_dir, device)
     layers = default_layer_ids(int(model.config.num_hidden_layers))
     return features.extract(model, read_records(data), feature_dir, layer_ids=layers,
                             model_name=model_dir.name, holdout_share=options.holdout,
                             max_tokens=options.max_tokens, progress=progress)  # fmt: skip
 
 
-def train(data: Path, out: Path, model_dir: Path, options: TrainOptions, feature_dir: Path | None = None,
-          progress: bool = True, held_out_data: Path | None = None) -> dict[str, Any]:
-    """The whole run; returns what training.json holds. With `held_out_data`
-    (a second dataset), all of `data` trains and that one is evaluated;
-    otherwise a `--holdout` share of `data` is kept apart by record id."""
-    out.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    feature_dir = feature_dir or out / "features"
-    manifest = ensure_features(data, feature_dir, model_dir, options, progress)
+Records = list[features.FeatureRecord]
+
+
+def _split(data: Path, out: Path, feature_dir: Path, model_dir: Path, options: TrainOptions, progress: bool,
+           held_out_data: Path | None) -> tuple[dict[str, Any], Records, Records]:
+    device = resolve_device(options.device)
+    manifest = ensure_features(data, feature_dir, model_dir, options, progress, device)
     records = list(features.read_features(feature_dir))
     if held_out_data is None:
-        train_set = [r for r in records if not r.holdout]
-        held_out = [r for r in records if r.holdout]
+        train_set, held_out = [r for r in records if not r.holdout], [r for r in records if r.holdout]
     else:
-        ensure_features(held_out_data, out / "features-held-out", model_dir, options, progress)
+        ensure_features(held_out_data, out / "features-held-out", model_dir, options, progress, device)
         train_set, held_out = records, list(features.read_features(out / "features-held-out"))
-    featured = time.monotonic()
+    if options.max_records is not None:
+        train_set, held_out = train_set[: options.max_records], held_out[: options.max_records]
     if not train_set or not held_out:
         raise ValueError(f"{len(train_set)} training and {len(held_out)} held-out records: need both "
                          "(more prompts, or another --holdout share)")  # fmt: skip
+    return manifest, train_set, held_out
+
+
+def train(data: Path, out: Path, model_dir: Path, options: TrainOptions, feature_dir: Path | None = None,
+          progress: bool = True, held_out_data: Path | None = None, stop_after: int | None = None) -> dict[str, Any]:
+    """The whole run; returns what training.json holds. With `held_out_data`
+    (a second dataset), all of `data` trains and that one is validated and
+    evaluated; otherwise a `--holdout` share of `data` is kept apart by record
+    id. `stop_after` steps end this call early (the run resumes from its checkpoint)."""
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    device = resolve_device(options.device)
+    manifest, train_set, held_out = _split(data, out, feature_dir or out / "features", model_dir, options,
+                                           progress, held_out_data)
+    featured = time.monotonic()
     vocab = draft_vocabulary(train_set, min(options.draft_vocab, manifest["vocab_size"]), manifest["vocab_size"])
-    head = new_head(model_dir, manifest, vocab, options.seed)
-    history = fit(head, train_set, options, progress)
+    head = new_head(model_dir, manifest, vocab, options.seed).to(device)
+    batches = fixed_batches(held_out, options.batch_tokens)
+    validation = batches[: max(1, options.validation_tokens // max(1, options.batch_tokens))]
+    def sample(generator: torch.Generator) -> Batch:
+        return sample_batch(train_set, options.batch_tokens, generator)
+
+    run = fit(head, sample, validation, options, out, progress, stop_after)
+    summary: dict[str, Any] = {
+        "options": asdict(options), "model": model_dir.name, "features": manifest, "device": str(device),
+        "train_records": len(train_set), "held_out_records": len(held_out),
+        "train_tokens": sum(len(r.input_ids) for r in train_set), "steps_done": run.step,
+        "finished": run.stopped_early or run.step >= options.steps, "stopped_early": run.stopped_early,
+        "best_step": run.best_step, "validation": run.validation, "history": run.history,
+    }  # fmt: skip
+    if not summary["finished"]:
+        return summary  # resumed by the next run with the same options and --out
     trained = time.monotonic()
-    held = evaluate.acceptance(head, fixed_batches(held_out, options.batch_tokens), options.ttt_steps)
+    held = evaluate.acceptance(head, batches, options.ttt_steps)
+    head.to("cpu")
     checkpoint.save(head, out, verifier=model_dir.name, speculative_tokens=options.ttt_steps,
                     dtype=getattr(torch, options.save_dtype))  # fmt: skip
     evaluate.write_json(out / "eval.json", held)
-    evaluate.plot_history(history, held, out)
-    summary = {
-        "options": asdict(options), "model": model_dir.name, "features": manifest,
-        "train_records": len(train_set), "held_out_records": len(held_out),
-        "train_tokens": sum(len(r.input_ids) for r in train_set),
-        "seconds": {"features": round(featured - started, 1), "training": round(trained - featured, 1)},
-        "held_out": held, "history": history,
-    }  # fmt: skip
+    evaluate.plot_history(run.history, held, out)
+    evaluate.plot_validation(run.validation, out)
+    summary["held_out"] = held
+    summary["seconds"] = {"features": round(featured - started, 1), "training": round(trained - featured, 1)}
     evaluate.write_json(out / "training.json", summary)
     return summary

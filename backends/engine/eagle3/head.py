@@ -91,7 +91,7 @@ def rotate(x: Tensor, positions: Tensor, theta: float) -> Tensor:
     """Rotary embedding (the neox half-split layout Llama uses); x `[B, h, T, d]`,
     positions `[B, T]`."""
     dim = x.shape[-1]
-    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device=x.device) / dim))
     angles = positions.float()[..., None] * inv_freq  # [B, T, d/2]
     cos = torch.cat([angles.cos(), angles.cos()], -1)[:, None].to(x.dtype)
     sin = torch.cat([angles.sin(), angles.sin()], -1)[:, None].to(x.dtype)
@@ -126,9 +126,10 @@ class HeadCache:
             self.keys, self.values = self.keys[:, :, :length], self.values[:, :, :length]
 
 
-def causal_visibility(cached: int, n: int) -> Tensor:
+def causal_visibility(cached: int, n: int, device: torch.device | None = None) -> Tensor:
     """`n` new entries after `cached` ones: each sees the cache, itself and earlier new ones."""
-    return torch.cat([torch.ones(n, cached, dtype=torch.bool), torch.ones(n, n, dtype=torch.bool).tril()], 1)
+    return torch.cat([torch.ones(n, cached, dtype=torch.bool, device=device),
+                      torch.ones(n, n, dtype=torch.bool, device=device).tril()], 1)
 
 
 @dataclass
@@ -144,7 +145,7 @@ class CachedAttention:
         if self.cache.keys is not None and self.cache.values is not None:
             k, v = torch.cat([self.cache.keys, k], 2), torch.cat([self.cache.values, v], 2)
         self.cache.keys, self.cache.values = k, v
-        visible = self.visible if self.visible is not None else causal_visibility(cached, q.shape[2])
+        visible = self.visible if self.visible is not None else causal_visibility(cached, q.shape[2], q.device)
         mask = visible[:, None] if visible.dim() == 3 else visible
         heads = q.shape[1]
         return F.scaled_dot_product_attention(q, _expand(k, heads), _expand(v, heads), attn_mask=mask)
@@ -170,7 +171,7 @@ class TrainingTimeTest:
         scale = q.shape[-1] ** -0.5
         k0, v0 = _expand(self.keys[0], heads), _expand(self.values[0], heads)
         context = (q @ k0.transpose(-1, -2)) * scale
-        causal = torch.ones(length, length, dtype=torch.bool).tril()
+        causal = torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
         context = context.masked_fill(~causal, float("-inf"))
         chain = [(q * _expand(key, heads)).sum(-1, keepdim=True) * scale for key in self.keys[1:]]
         weights = torch.softmax(torch.cat([context, *chain], -1).float(), -1).to(q.dtype)
@@ -275,8 +276,8 @@ class Eagle3Head(nn.Module):
     def target_to_draft(self, target_ids: Tensor) -> Tensor:
         """Draft ids of target ids; -1 where the draft vocabulary lacks the token."""
         t2d: Tensor = self.t2d
-        index = torch.full((self.config.vocab_size,), -1, dtype=torch.long)
-        index[t2d] = torch.arange(self.config.draft_vocab_size)
+        index = torch.full((self.config.vocab_size,), -1, dtype=torch.long, device=t2d.device)
+        index[t2d] = torch.arange(self.config.draft_vocab_size, device=t2d.device)
         return index[target_ids]
 
     def forward(self, hidden: Tensor, input_ids: Tensor, positions: Tensor,

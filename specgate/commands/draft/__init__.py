@@ -13,6 +13,7 @@ import importlib
 SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ("capture", "specgate.commands.draft.capture", "export captured prompts (deduplicated) to a prompts JSONL"),
     ("data", "specgate.commands.draft.data", "answer prompts with the target, tokenize with its chat template, mask"),
+    ("stats", "specgate.commands.draft.stats", "print a draft dataset's statistics per class and source"),
     ("train", "specgate.commands.draft.train", "train an EAGLE-3 head on a draft dataset, evaluate it held out"),
 )
 

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from specgate.draft import dataset, prompts
+from specgate.draft import dataset, prompts, stats
 from specgate.draft.data import build, tokenizer_of
 from specgate.draft.regenerate import Asking, answered, regenerate
 
@@ -62,4 +62,5 @@ def run(args: argparse.Namespace) -> int:
                      progress=not args.no_progress)
     print(f"{manifest['records']} records, {manifest['tokens']} tokens ({manifest['masked_tokens']} in the loss) "
           f"in {args.out}", file=sys.stderr)
+    print(stats.render(stats.of(dataset.read_records(args.out))))
     return 0 if tally.failed == 0 else 1

@@ -116,3 +116,64 @@ def test_a_second_dataset_is_the_held_out_set(tiny_model: Path, tmp_path: Path) 
     summary = train(data, tmp_path / "head", tiny_model, options, progress=False, held_out_data=held)
     assert (summary["train_records"], summary["held_out_records"]) == (12, 4)
     assert summary["held_out"]["drafts"] == 4 * 20  # every answer token after the first starts a draft
+
+
+def test_a_stopped_run_resumes_to_the_same_steps_as_an_uninterrupted_one(tiny_model: Path, tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    data = write_dataset(tmp_path / "data", count=16)
+    options = TrainOptions(steps=6, ttt_steps=2, draft_vocab=48, batch_tokens=128, holdout=0.3, eval_every=2,
+                           patience=10, device="cpu")
+    whole = train(data, tmp_path / "whole", tiny_model, options, progress=False)
+    features_dir = tmp_path / "whole" / "features"
+    part = train(data, tmp_path / "part", tiny_model, options, feature_dir=features_dir, progress=False, stop_after=3)
+    assert (part["finished"], part["steps_done"], len(part["validation"])) == (False, 3, 1)
+    assert (tmp_path / "part" / "resume.pt").is_file() and not (tmp_path / "part" / "eval.json").exists()
+    rest = train(data, tmp_path / "part", tiny_model, options, feature_dir=features_dir, progress=False)
+    assert rest["finished"] and rest["history"] == whole["history"] and rest["validation"] == whole["validation"]
+    assert rest["held_out"] == whole["held_out"]
+    other = TrainOptions(**{**options.__dict__, "lr": 1e-4})
+    with pytest.raises(ValueError, match="other options"):
+        train(data, tmp_path / "part", tiny_model, other, feature_dir=features_dir, progress=False)
+
+
+def test_training_stops_when_the_held_out_loss_stops_falling(tiny_model: Path, tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    data = write_dataset(tmp_path / "data", count=12)
+    options = TrainOptions(steps=20, ttt_steps=2, draft_vocab=48, lr=0.0, batch_tokens=128, holdout=0.3,
+                           eval_every=1, patience=2, device="cpu")
+    summary = train(data, tmp_path / "head", tiny_model, options, progress=False)
+    # lr 0: the first validation is the best, the next two are no lower
+    assert summary["stopped_early"] and summary["steps_done"] == 3 and summary["best_step"] == 1
+    assert [v["step"] for v in summary["validation"]] == [1, 2, 3]
+    assert (tmp_path / "head" / "validation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_device_is_cuda_only_where_torch_sees_one() -> None:
+    from specgate.draft.trainer import resolve_device
+
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="sees no CUDA GPU"):
+            resolve_device("cuda")
+
+
+def test_the_command_dry_run_takes_the_device_path_in_two_steps(tiny_model: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from specgate.commands.draft import train as command
+
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    data = write_dataset(tmp_path / "data", count=30)
+    args = parser.parse_args(["--data", str(data), "--out", str(tmp_path / "head"), "--model", str(tiny_model),
+                              "--draft-vocab", "48", "--batch-tokens", "128", "--holdout", "0.3", "--threads", "1",
+                              "--device", "auto", "--dry-run", "--no-progress"])
+    assert command.run(args) == 0
+    assert "held-out acceptance per position" in capsys.readouterr().out
+    summary = json.loads((tmp_path / "head" / "training.json").read_text())
+    assert summary["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert summary["steps_done"] == 2 and [v["step"] for v in summary["validation"]] == [1, 2]
+    assert summary["train_records"] <= 8 and summary["held_out_records"] <= 8
+    assert checkpoint.load(tmp_path / "head", embedding=torch.zeros(VOCAB, 32)).config.draft_vocab_size == 48
