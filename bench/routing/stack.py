@@ -76,15 +76,15 @@ def gateway_policy(policy: dict[str, Any], urls: list[str]) -> dict[str, Any]:
 
 
 def sim_schedule(sim_args: list[str]) -> list[list[int]]:
-    """The drafting schedule of a dynamic simulator started with `sim_args`: its calibration's draft
-    tokens up to its `speculative_max_batch`, as a dynamic pool states it."""
-    from backends.sim.model import CALIBRATIONS
+    """The drafting schedule of a dynamic simulator started with `sim_args`, as a dynamic pool states
+    it: its calibration's draft tokens up to its `speculative_max_batch`, none above (a schedule's
+    last range holds for every larger batch, so the stop is a range of its own)."""
+    from backends.sim.model import CALIBRATIONS, schedule
 
     calibration = "8b-a100"
     if "--calibration" in sim_args:
         calibration = sim_args[sim_args.index("--calibration") + 1]
-    params = CALIBRATIONS[calibration]
-    return [[1, params.speculative_max_batch, params.num_speculative_tokens]]
+    return schedule(CALIBRATIONS[calibration]).as_list()
 
 
 def fixed_policy(kind: str, urls: list[str], schedule: list[list[int]] | None = None) -> dict[str, Any]:
@@ -94,7 +94,7 @@ def fixed_policy(kind: str, urls: list[str], schedule: list[list[int]] | None = 
     pool["endpoints"] = [{"url": url} for url in urls]
     pool["kind"] = kind
     if kind == "dynamic":  # what the simulators' switch does: draft up to their speculative_max_batch
-        pool["speculation_schedule"] = schedule or [[1, 32, 3]]
+        pool["speculation_schedule"] = schedule or [[1, 32, 3], [33, 33, 0]]
     policy["pools"] = {kind: pool}
     policy["default_pool"] = kind
     policy["rules"] = [{"name": "fixed", "route": kind, "reason": f"always {kind}"}]

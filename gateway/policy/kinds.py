@@ -10,8 +10,11 @@ is one row here and, where its curve is not a schedule, one prior.
 - `speculative`: drafts `draft_tokens` at every batch size.
 - `standard`: never drafts.
 - `dynamic`: drafts by its declared `speculation_schedule`, vLLM's
-  `num_speculative_tokens_per_batch_size` ranges `[[lo, hi, k], ...]`
-  (inclusive; no range: no drafting), i.e. speculates at small batches only.
+  `num_speculative_tokens_per_batch_size` ranges `[[lo, hi, k], ...]`, read
+  as vLLM reads them: a batch size takes the k of the last range starting at or
+  below it, so a gap keeps the range before and the last range holds for every
+  larger batch. A schedule stops drafting with a range of its own,
+  `[hi + 1, ..., 0]`; one k at every size is not dynamic and is refused.
 """
 
 from __future__ import annotations
@@ -36,10 +39,13 @@ class Schedule:
     ranges: tuple[tuple[int, int, int], ...] = ()
 
     def drafts(self, batch: int) -> int:
-        for lo, hi, k in self.ranges:
-            if lo <= batch <= hi:
-                return k
-        return 0
+        """vLLM's lookup: the k of the last range that starts at or below `batch`."""
+        drafted = 0
+        for lo, _, k in self.ranges:
+            if lo > batch:
+                break
+            drafted = k
+        return drafted
 
     @property
     def ever_drafts(self) -> bool:
@@ -86,4 +92,15 @@ def check_schedule(ranges: Sequence[Sequence[int]]) -> list[str]:
             problems.append(f"[{i}] overlaps or precedes the range before it (ranges go up by batch size)")
         else:
             previous_hi = hi
+    if problems or not ranges:
+        return problems
+    if ranges[0][0] != 1:
+        problems.append("the first range starts at batch size 1")
+    drafted = {k for _, _, k in ranges}
+    if len(drafted) == 1:
+        k = drafted.pop()
+        instead = "kind: speculative" if k else "kind: standard"
+        problems.append(f"it drafts {k} at every batch size (the last range holds for every larger batch, "
+                        f"as in vLLM): end it with [{ranges[-1][1] + 1}, {ranges[-1][1] + 1}, 0] to stop "
+                        f"drafting there, or use {instead}")
     return problems

@@ -34,13 +34,13 @@ def test_every_kind_is_a_row_with_a_schedule() -> None:
     assert set(KINDS) == set(PoolKind)
     assert schedule_of(PoolKind.SPECULATIVE, 4).drafts(1) == schedule_of(PoolKind.SPECULATIVE, 4).drafts(10_000) == 4
     assert not schedule_of(PoolKind.STANDARD, 4).ever_drafts
-    dynamic = schedule_of(PoolKind.DYNAMIC, 4, [[1, 8, 4], [9, 32, 2]])
-    assert [dynamic.drafts(b) for b in (1, 8, 9, 32, 33)] == [4, 4, 2, 2, 0]
+    dynamic = schedule_of(PoolKind.DYNAMIC, 4, [[1, 8, 4], [9, 32, 2], [33, 33, 0]])
+    assert [dynamic.drafts(b) for b in (1, 8, 9, 32, 33, 500)] == [4, 4, 2, 2, 0, 0]
 
 
 def test_a_dynamic_pool_states_its_schedule_and_only_it_may() -> None:
-    policy = parse_policy(policy_text("dynamic", "    speculation_schedule: [[1, 16, 3]]"))
-    assert policy.schedules["fast"] == Schedule(((1, 16, 3),))
+    policy = parse_policy(policy_text("dynamic", "    speculation_schedule: [[1, 16, 3], [17, 17, 0]]"))
+    assert policy.schedules["fast"] == Schedule(((1, 16, 3), (17, 17, 0)))
     assert policy.speculative_pools == ("fast",) and policy.standard_pools == ()
     with pytest.raises(PolicyError, match="states its speculation_schedule"):
         parse_policy(policy_text("dynamic"))
@@ -50,6 +50,28 @@ def test_a_dynamic_pool_states_its_schedule_and_only_it_may() -> None:
         parse_policy(policy_text("dynamic", "    speculation_schedule: [[1, 16, 3], [8, 32, 2]]"))
     with pytest.raises(PolicyError, match=r"\[lo, hi, k\]"):
         parse_policy(policy_text("dynamic", "    speculation_schedule: [[1, 16]]"))
+    with pytest.raises(PolicyError, match="starts at batch size 1"):
+        parse_policy(policy_text("dynamic", "    speculation_schedule: [[2, 16, 3], [17, 17, 0]]"))
+
+
+def test_a_schedule_that_never_switches_is_refused_with_the_fix() -> None:
+    # the last range holds for every larger batch: [[1, 16, 3]] drafts 3 at 500 sequences too
+    with pytest.raises(PolicyError, match=r"drafts 3 at every batch size.*\[17, 17, 0\].*kind: speculative"):
+        parse_policy(policy_text("dynamic", "    speculation_schedule: [[1, 16, 3]]"))
+    with pytest.raises(PolicyError, match="kind: standard"):
+        parse_policy(policy_text("dynamic", "    speculation_schedule: [[1, 8, 0], [9, 16, 0]]"))
+
+
+@pytest.mark.parametrize("ranges", [[[1, 8, 3], [9, 32, 2], [33, 1024, 0]], [[1, 16, 3], [32, 128, 2]],
+                                    [[1, 4, 0], [5, 9, 2]], [[1, 2, 4], [3, 4, 2], [5, 1024, 0]]])
+def test_the_gateway_reads_a_schedule_as_the_engines_do(ranges) -> None:
+    # backends.speculation is checked against vLLM's own lookup (tests/unit/vllm); the gateway's
+    # latency model must see the same drafts at every batch size, gaps and beyond the last range included
+    from backends.speculation import SpeculationSchedule
+
+    engine = SpeculationSchedule.parse(ranges)
+    gateway = schedule_of(PoolKind.DYNAMIC, 8, ranges)
+    assert [gateway.drafts(b) for b in range(1, 2000)] == [engine.tokens_at(b, 8) for b in range(1, 2000)]
 
 
 def test_policy_priors_are_settable_and_checked() -> None:
@@ -124,7 +146,7 @@ def test_silence_forgets_nothing_and_a_new_answer_outweighs_old_ones() -> None:
 
 
 SCHEDULES = {"spec": schedule_of(PoolKind.SPECULATIVE, 3), "std": schedule_of(PoolKind.STANDARD, 3),
-             "dyn": schedule_of(PoolKind.DYNAMIC, 3, [[1, 7, 3]])}
+             "dyn": schedule_of(PoolKind.DYNAMIC, 3, [[1, 7, 3], [8, 8, 0]])}
 
 
 def test_a_cold_model_prefers_speculation_for_greedy_code_and_standard_for_hot_sampling() -> None:
