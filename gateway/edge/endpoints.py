@@ -175,14 +175,14 @@ class ProxyEndpoints:
         decision taken again each time a lease comes back (gateway/decide/admission.py);
         with how long it was held and how that ended, if it was."""
         gate, first, deadline = self.runtime.gate, None, 0.0
-        rank = (0, 0)
+        rank = (0, 0.0, 0)
         while routed.decision.fastest is not None and self.latency is not None:
             held = hold(routed.decision.fastest, self.runtime.policy.pools, self.latency, gate.ahead(priority))
             now = time.perf_counter()
             if held is None or (first is not None and deadline <= now):
                 break
             if first is None:
-                first, rank, deadline = now, gate.rank(priority), now + held.budget_s
+                first, rank, deadline = now, gate.rank(priority, now + held.objective_s), now + held.budget_s
             self.metrics.admission_held.inc()
             try:
                 woke = await gate.wait(held.pools, rank, min(held.budget_s, deadline - now))

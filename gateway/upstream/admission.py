@@ -1,9 +1,11 @@
 """The gateway's admission gate: requests held while every candidate pool is past its objective.
 
-A held request waits on one future, in order of priority (higher first), then
-arrival. Every lease that comes back on a pool wakes the first held request
-that names it, which routes again with the load as it is then; a request
-still over the objectives is held again with what is left of its budget
+A held request waits on one future, in order of priority (higher first),
+then of the deadline of its own objective (the earliest first: a short answer
+that cannot afford to wait before a long one that can), then arrival. Every
+lease that comes back on a pool wakes the first held request that names it,
+which routes again with the load as it is then; a request still over the
+objectives is held again with what is left of its budget
 (gateway/decide/admission.py). A held request whose budget runs out, or
 whose client leaves, leaves the gate; nothing is ever refused here.
 """
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 
 @dataclass(order=True)
 class _Held:
-    rank: tuple[int, int]  # (-priority, arrival)
+    rank: tuple[int, float, int]  # (-priority, due, arrival)
     pools: frozenset[str] = field(compare=False)
     future: asyncio.Future[None] = field(compare=False)
 
@@ -36,12 +38,13 @@ class AdmissionGate:
         """Held requests that a newcomer of `priority` would wait behind."""
         return sum(1 for h in self._held if not h.future.done() and -h.rank[0] >= priority)
 
-    def rank(self, priority: int) -> tuple[int, int]:
-        """A request's place: its priority, then its first arrival at the gate. A request
-        woken but still over the objectives waits again in the place it had."""
-        return -priority, next(self._arrivals)
+    def rank(self, priority: int, due: float) -> tuple[int, float, int]:
+        """A request's place: its priority, then when its objective falls due (`due`, on the
+        loop's clock or any one clock all requests share), then its first arrival at the gate.
+        A request woken but still over the objectives waits again in the place it had."""
+        return -priority, due, next(self._arrivals)
 
-    async def wait(self, pools: tuple[str, ...], rank: tuple[int, int], budget_s: float) -> bool:
+    async def wait(self, pools: tuple[str, ...], rank: tuple[int, float, int], budget_s: float) -> bool:
         """Until a lease comes back on one of `pools` (True) or the budget runs out (False)."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._held, _Held(rank, frozenset(pools), future))

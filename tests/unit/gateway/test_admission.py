@@ -1,4 +1,5 @@
-"""Admission at the gateway: hold only when every candidate is past its objective and waiting pays."""
+"""Admission at the gateway: hold only when every candidate is past its objective and holding is what
+the request's own objective, or else the fleet's cost, asks for."""
 
 from __future__ import annotations
 
@@ -37,10 +38,15 @@ def features(load: dict[str, int]) -> Features:
                     domain="chat", load=load)
 
 
-def decide(load: dict[str, int], pools: tuple[str, ...] = ("spec", "std")) -> tuple:
+def decide(load: dict[str, int], pools: tuple[str, ...] = ("spec", "std"), tokens: int = 256) -> tuple:
     model = LatencyModel(POLICY.schedules)
-    found = fastest(pools, features(load), "chat/greedy", 256, model, None)
+    found = fastest(pools, features(load), "chat/greedy", tokens, model, None)
     return found, model
+
+
+def with_slo(slo: SloSpec) -> dict:
+    return {name: spec.model_copy(update={"slo": slo}) if spec.slo is not None else spec
+            for name, spec in POLICY.pools.items()}
 
 
 def test_light_load_is_never_held() -> None:
@@ -49,15 +55,35 @@ def test_light_load_is_never_held() -> None:
         assert hold(found, POLICY.pools, model, ahead=0) is None, load
 
 
-def test_every_candidate_past_its_objective_holds_while_waiting_costs_the_fleet_less() -> None:
-    # both past 20 ms a token at one more; a few requests fewer they are back under it
+def test_a_request_that_still_meets_its_objective_after_the_wait_is_held_while_it_would() -> None:
+    # both past 20 ms a token at one more; a few requests fewer they are back under it, and 256
+    # tokens at 20 ms leave room to wait
     found, model = decide({"spec": 33, "std": 33})
     held = hold(found, POLICY.pools, model, ahead=0)
     assert held is not None and set(held.pools) == {"spec", "std"}
-    assert 0 < held.expected_wait_s < held.budget_s
-    # the budget is what going in now costs the fleet over going in at the load with room
-    assert held.budget_s < found.estimates[0].cost_s
+    assert held.objective_s == 256 * 0.02
+    assert 0 < held.expected_wait_s < held.budget_s < held.objective_s
+    assert "still meets its own" in held.why
     # with many held ahead of it, the wait would eat the gain: it goes in at once
+    assert hold(found, POLICY.pools, model, ahead=10_000) is None
+
+
+def test_a_short_answer_that_meets_its_objective_only_by_going_now_is_sent() -> None:
+    pools = with_slo(SloSpec(ttft_s=0.5, tpot_s=0.02))
+    found, model = decide({"spec": 60, "std": 60}, tokens=8)
+    assert found.estimates[0].predicted.e2e_s <= 0.5 + 8 * 0.02  # it makes it if it goes now
+    held = hold(found, pools, model, ahead=0)
+    assert held is not None and held.expected_wait_s < held.budget_s  # with nobody ahead, it makes it later too
+    assert hold(found, pools, model, ahead=10_000) is None  # behind a long queue it would not: it goes now
+
+
+def test_a_request_that_misses_its_objective_either_way_is_held_while_the_fleet_gains() -> None:
+    found, model = decide({"spec": 200, "std": 200}, tokens=128)
+    assert found.estimates[0].predicted.e2e_s > 128 * 0.02  # too late if it goes now, and after waiting
+    held = hold(found, POLICY.pools, model, ahead=0)
+    assert held is not None and "costs the fleet less" in held.why
+    # the budget is what going in now costs the fleet over going in at the load with room
+    assert held.expected_wait_s < held.budget_s < max(e.cost_s for e in found.estimates)
     assert hold(found, POLICY.pools, model, ahead=10_000) is None
 
 
@@ -82,35 +108,38 @@ def test_an_objective_no_load_meets_is_never_waited_for() -> None:
         assert hold(found, strict, model, ahead=0) is None, load
 
 
-def test_the_gate_releases_by_priority_then_arrival_and_spends_budgets() -> None:
+def test_the_gate_releases_by_priority_then_deadline_then_arrival_and_spends_budgets() -> None:
     async def scenario() -> list[str]:
         gate = AdmissionGate()
         order: list[str] = []
 
-        async def held(name: str, priority: int, pools: tuple[str, ...]) -> None:
-            woke = await gate.wait(pools, gate.rank(priority), 30.0)
+        async def held(name: str, priority: int, due: float, pools: tuple[str, ...]) -> None:
+            woke = await gate.wait(pools, gate.rank(priority, due), 30.0)
             order.append(name if woke else f"{name}:budget")
 
-        tasks = [asyncio.create_task(held("low", 0, ("a",))), asyncio.create_task(held("high", 5, ("a", "b"))),
-                 asyncio.create_task(held("low2", 0, ("a",))), asyncio.create_task(held("b-only", 9, ("b",)))]
-        while gate.held < 4:
+        tasks = [asyncio.create_task(held("low", 0, 5.0, ("a",))),
+                 asyncio.create_task(held("high", 5, 9.0, ("a", "b"))),
+                 asyncio.create_task(held("low-later", 0, 5.0, ("a",))),
+                 asyncio.create_task(held("low-due-first", 0, 1.0, ("a",))),
+                 asyncio.create_task(held("b-only", 9, 0.0, ("b",)))]
+        while gate.held < 5:
             await asyncio.sleep(0)
-        assert gate.ahead(5) == 2 and gate.ahead(0) == 4
-        for _ in range(3):
+        assert gate.ahead(5) == 2 and gate.ahead(0) == 5
+        for _ in range(4):
             gate.released("a")
             await asyncio.sleep(0)
         gate.released("b")
         await asyncio.gather(*tasks)
-        budget = await gate.wait(("a",), gate.rank(0), 0.0)
+        budget = await gate.wait(("a",), gate.rank(0, 0.0), 0.0)
         return [*order, str(budget)]
 
-    assert asyncio.run(scenario()) == ["high", "low", "low2", "b-only", "False"]
+    assert asyncio.run(scenario()) == ["high", "low-due-first", "low", "low-later", "b-only", "False"]
 
 
 def test_a_cancelled_waiter_leaves_the_gate() -> None:
     async def scenario() -> int:
         gate = AdmissionGate()
-        task = asyncio.create_task(gate.wait(("a",), gate.rank(0), 30.0))
+        task = asyncio.create_task(gate.wait(("a",), gate.rank(0, 0.0), 30.0))
         while gate.held < 1:
             await asyncio.sleep(0)
         task.cancel()
