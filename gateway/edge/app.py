@@ -211,6 +211,8 @@ class GatewayParts:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        # Before serving: the port opens, and /readyz answers, only once the scrubber is built
+        await self.capture.prepare()
         self.watch_pools()
         if self.state is not None:
             self.state.start()
