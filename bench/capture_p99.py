@@ -15,8 +15,11 @@ process's start to its port listening, and the measurement starts once a
 warm-up prompt is written (`first_written_s`, from the port opening; a
 gateway from before that change built the scrubber on that prompt).
 `--baseline REF` also runs the gateway as of git commit REF in the same run.
+`--cold` measures from the moment the port opens (no warm-up, no wait for
+a written prompt): whatever the gateway still builds while it serves falls
+in the measurement.
 
-    python bench/capture_p99.py --innocent 400 --big 24 [--baseline REF]
+    python bench/capture_p99.py --innocent 400 --big 24 [--baseline REF] [--cold]
 """
 
 from __future__ import annotations
@@ -111,8 +114,10 @@ def run(name: str, capture: bool, with_big: bool, upstream: int, tmp: Path, args
         started_s = round(time.perf_counter() - started, 1)
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         listening = time.perf_counter()
-        asyncio.run(innocent(url, 40, 4))  # warm up
-        written_s = first_written(port, listening) if capture else None
+        written_s = None
+        if not args.cold:
+            asyncio.run(innocent(url, 40, 4))  # warm up
+            written_s = first_written(port, listening) if capture else None
         cpu_before = cpu_seconds(proc.pid)
         latencies = measure(url, args, with_big)
         cpu_s = round(cpu_seconds(proc.pid) - cpu_before, 2)
@@ -152,6 +157,8 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=24, help="8 MB prompts in all")
     parser.add_argument("--big-clients", type=int, default=4)
     parser.add_argument("--baseline", metavar="REF", help="also run the gateway as of this git commit")
+    parser.add_argument("--cold", action="store_true", help="measure from the moment the gateway's port opens: "
+                        "no warm-up, and no wait for a first captured prompt")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
