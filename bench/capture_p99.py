@@ -15,6 +15,8 @@ process's start to its port listening, and the measurement starts once a
 warm-up prompt is written (`first_written_s`, from the port opening; a
 gateway from before that change built the scrubber on that prompt).
 `--baseline REF` also runs the gateway as of git commit REF in the same run.
+`--big-chars N` sends big prompts of N characters instead: under
+capture's `max_prompt_bytes` (256 KiB) they are scrubbed, not skipped.
 `--cold` measures from the moment the port opens (no warm-up, no wait for
 a written prompt): whatever the gateway still builds while it serves falls
 in the measurement.
@@ -60,8 +62,9 @@ async def innocent(url: str, count: int, clients: int) -> list[float]:
     return latencies
 
 
-async def big(url: str, count: int, clients: int, ready: Callable[[], None] = lambda: None) -> None:
-    body = json.dumps({**SMALL, "messages": [{"role": "user", "content": "secret=abc " * (BIG_CHARS // 11)}]})
+async def big(url: str, count: int, clients: int, chars: int = BIG_CHARS,
+              ready: Callable[[], None] = lambda: None) -> None:
+    body = json.dumps({**SMALL, "messages": [{"role": "user", "content": "secret=abc " * (chars // 11)}]})
     async with httpx.AsyncClient(timeout=120) as client:
         ready()
         async def one_client(n: int) -> None:
@@ -70,8 +73,8 @@ async def big(url: str, count: int, clients: int, ready: Callable[[], None] = la
         await asyncio.gather(*(one_client(count // clients) for _ in range(clients)))
 
 
-def big_process(url: str, count: int, clients: int, ready: EventType) -> None:
-    asyncio.run(big(url, count, clients, ready.set))
+def big_process(url: str, count: int, clients: int, chars: int, ready: EventType) -> None:
+    asyncio.run(big(url, count, clients, chars, ready.set))
 
 
 def measure(url: str, args: argparse.Namespace, with_big: bool) -> list[float]:
@@ -80,7 +83,7 @@ def measure(url: str, args: argparse.Namespace, with_big: bool) -> list[float]:
     if with_big:
         context = multiprocessing.get_context("spawn")
         ready = context.Event()
-        sender = context.Process(target=big_process, args=(url, args.big, args.big_clients, ready))
+        sender = context.Process(target=big_process, args=(url, args.big, args.big_clients, args.big_chars, ready))
         sender.start()
         ready.wait(60)  # the innocent clients start when the big ones are about to send
     try:
@@ -155,6 +158,9 @@ def main() -> None:
     parser.add_argument("--innocent", type=int, default=400, help="innocent requests in all")
     parser.add_argument("--clients", type=int, default=4, help="innocent clients")
     parser.add_argument("--big", type=int, default=24, help="8 MB prompts in all")
+    parser.add_argument("--big-chars", type=int, default=BIG_CHARS,
+                        help="characters in each big prompt; under capture's max_prompt_bytes (256 KiB by default) "
+                             "capture scrubs them")
     parser.add_argument("--big-clients", type=int, default=4)
     parser.add_argument("--baseline", metavar="REF", help="also run the gateway as of this git commit")
     parser.add_argument("--cold", action="store_true", help="measure from the moment the gateway's port opens: "
@@ -169,7 +175,7 @@ def main() -> None:
             wait_port(upstream)
             direct = f"http://127.0.0.1:{upstream}/v1/chat/completions"
             asyncio.run(innocent(direct, 40, 4))  # warm up
-            for name, with_big in (("direct, quiet", False), ("direct, 8 MB prompts", True)):
+            for name, with_big in (("direct, quiet", False), ("direct, big prompts", True)):
                 print(json.dumps(summary(name, measure(direct, args, with_big))), flush=True)
             configs = [("quiet", False, False, ROOT), ("big, capture off", False, True, ROOT),
                        ("big, capture on", True, True, ROOT)]
