@@ -53,8 +53,14 @@ def check_files(url: str, home: Path, elsewhere: Path, policy: dict) -> None:
     put = httpx.put(url + "/admin/flags/speculative", headers=AUTH, json={"mode": "force_off"})
     assert put.status_code == 200
     deadline = time.monotonic() + HANG_GUARD_S  # a hang guard: the flag file is written off the event loop
-    while not (home / "flags.json").exists():
+    while mode_in(home / "flags.json") != "force_off":
         assert time.monotonic() < deadline, "the flag file was never written"
         time.sleep(0.05)
-    assert json.loads((home / "flags.json").read_text())["speculative"]["mode"] == "force_off"
     assert (elsewhere / "flags.json").read_text() == "{}"
+
+
+def mode_in(flags_file: Path) -> str | None:
+    """The speculative pool's mode in the flag file (written whole, by rename), None before it is."""
+    if not flags_file.exists():
+        return None
+    return json.loads(flags_file.read_text()).get("speculative", {}).get("mode")
