@@ -19,7 +19,7 @@ AUTH = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 HANG_GUARD_S = 60.0
 
 
-def test_reload_and_flag_writes_use_the_start_directorys_files(spec_fake, std_fake, tmp_path, monkeypatch):
+def test_reload_and_flag_writes_use_the_start_directorys_files(spec_fake, std_fake, tmp_path, monkeypatch, capfd):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     policy = policy_dict([spec_fake.url], [std_fake.url])
@@ -34,6 +34,10 @@ def test_reload_and_flag_writes_use_the_start_directorys_files(spec_fake, std_fa
     monkeypatch.chdir(elsewhere)  # the same relative names now find the decoys
     server = BackgroundServer(create_app(settings), lifespan="on").start(timeout=START_GUARD_S)
     try:
+        started = capfd.readouterr().out  # the start-up line names the files by their absolute paths
+        assert "files" in started and f"policy={tmp_path / 'policy.yaml'}" in started, started
+        assert f"flags_file={tmp_path / 'flags.json'}" in started
+        assert f"api_keys_file={tmp_path / 'keys.yaml'}" in started
         check_files(server.url, tmp_path, elsewhere, policy)
     finally:
         server.stop(graceful=True)
