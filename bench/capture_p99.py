@@ -9,12 +9,19 @@ send a bounded number of 8 MB prompts; the innocent requests' p50 and p99 are
 reported, with the CPU time the gateway used meanwhile. `quiet` runs the
 innocent clients alone, as the baseline; `direct` sends the same load to the
 backend with no gateway between (what the load generator and the backend
-cost by themselves). With capture on, the
-measurement starts once the scrubber is built (`scrubber_ready_s`: presidio's
-models load on the first captured prompt, once per process). `--baseline REF`
-also runs the gateway as of git commit REF in the same run.
+cost by themselves). With capture on, the gateway builds its scrubber
+(presidio's imports) before its port opens: `started_s` is the time from the
+process's start to its port listening, and the measurement starts once a
+warm-up prompt is written (`first_written_s`, from the port opening; a
+gateway from before that change built the scrubber on that prompt).
+`--baseline REF` also runs the gateway as of git commit REF in the same run.
+`--big-chars N` sends big prompts of N characters instead: under
+capture's `max_prompt_bytes` (256 KiB) they are scrubbed, not skipped.
+`--cold` measures from the moment the port opens (no warm-up, no wait for
+a written prompt): whatever the gateway still builds while it serves falls
+in the measurement.
 
-    python bench/capture_p99.py --innocent 400 --big 24 [--baseline REF]
+    python bench/capture_p99.py --innocent 400 --big 24 [--baseline REF] [--cold]
 """
 
 from __future__ import annotations
@@ -55,8 +62,9 @@ async def innocent(url: str, count: int, clients: int) -> list[float]:
     return latencies
 
 
-async def big(url: str, count: int, clients: int, ready: Callable[[], None] = lambda: None) -> None:
-    body = json.dumps({**SMALL, "messages": [{"role": "user", "content": "secret=abc " * (BIG_CHARS // 11)}]})
+async def big(url: str, count: int, clients: int, chars: int = BIG_CHARS,
+              ready: Callable[[], None] = lambda: None) -> None:
+    body = json.dumps({**SMALL, "messages": [{"role": "user", "content": "secret=abc " * (chars // 11)}]})
     async with httpx.AsyncClient(timeout=120) as client:
         ready()
         async def one_client(n: int) -> None:
@@ -65,8 +73,8 @@ async def big(url: str, count: int, clients: int, ready: Callable[[], None] = la
         await asyncio.gather(*(one_client(count // clients) for _ in range(clients)))
 
 
-def big_process(url: str, count: int, clients: int, ready: EventType) -> None:
-    asyncio.run(big(url, count, clients, ready.set))
+def big_process(url: str, count: int, clients: int, chars: int, ready: EventType) -> None:
+    asyncio.run(big(url, count, clients, chars, ready.set))
 
 
 def measure(url: str, args: argparse.Namespace, with_big: bool) -> list[float]:
@@ -75,7 +83,7 @@ def measure(url: str, args: argparse.Namespace, with_big: bool) -> list[float]:
     if with_big:
         context = multiprocessing.get_context("spawn")
         ready = context.Event()
-        sender = context.Process(target=big_process, args=(url, args.big, args.big_clients, ready))
+        sender = context.Process(target=big_process, args=(url, args.big, args.big_clients, args.big_chars, ready))
         sender.start()
         ready.wait(60)  # the innocent clients start when the big ones are about to send
     try:
@@ -101,13 +109,18 @@ def run(name: str, capture: bool, with_big: bool, upstream: int, tmp: Path, args
     path = tmp / f"{name}.yaml"
     path.write_text(policy)
     port = free_port()
+    started = time.perf_counter()
     proc = start([sys.executable, "-m", "specgate.cli", "serve", "--policy", str(path), "--host", "127.0.0.1",
                   "--port", str(port)], tmp / f"{name}.log", {**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
     try:
-        wait_port(port, timeout=60)
+        wait_port(port, timeout=300)  # with capture on, the scrubber is built first
+        started_s = round(time.perf_counter() - started, 1)
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        asyncio.run(innocent(url, 40, 4))  # warm up
-        ready_s = scrubber_ready(port) if capture else None
+        listening = time.perf_counter()
+        written_s = None
+        if not args.cold:
+            asyncio.run(innocent(url, 40, 4))  # warm up
+            written_s = first_written(port, listening) if capture else None
         cpu_before = cpu_seconds(proc.pid)
         latencies = measure(url, args, with_big)
         cpu_s = round(cpu_seconds(proc.pid) - cpu_before, 2)
@@ -118,7 +131,7 @@ def run(name: str, capture: bool, with_big: bool, upstream: int, tmp: Path, args
     dropped = {line.split('"')[1]: float(line.split()[-1]) for line in metrics.splitlines()
                if line.startswith("specgate_capture_dropped_total{")}
     return summary(name, latencies) | {"gateway_cpu_s": cpu_s, "capture_dropped": dropped,
-                                       "scrubber_ready_s": ready_s}
+                                       "started_s": started_s, "first_written_s": written_s}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -128,16 +141,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def scrubber_ready(port: int, limit_s: float = 300.0) -> float:
-    """Seconds until the warm-up's first prompt is written: the scrubber is built on the
-    first prompt captured, once per process (presidio's models), and that build is not
-    what this benchmark measures."""
-    started = time.perf_counter()
-    while time.perf_counter() - started < limit_s:
+def first_written(port: int, since: float, limit_s: float = 300.0) -> float:
+    """Seconds from `since` until the gateway has written a captured prompt: capture works,
+    and the scrubber is built (before the port opened, or on that prompt before that change)."""
+    while time.perf_counter() - since < limit_s:
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
         if any(line.startswith("specgate_capture_written_total ") and float(line.split()[-1]) > 0
                for line in metrics.splitlines()):
-            return round(time.perf_counter() - started, 1)
+            return round(time.perf_counter() - since, 1)
         time.sleep(0.5)
     raise RuntimeError(f"no captured prompt written within {limit_s:g} s")
 
@@ -147,8 +158,13 @@ def main() -> None:
     parser.add_argument("--innocent", type=int, default=400, help="innocent requests in all")
     parser.add_argument("--clients", type=int, default=4, help="innocent clients")
     parser.add_argument("--big", type=int, default=24, help="8 MB prompts in all")
+    parser.add_argument("--big-chars", type=int, default=BIG_CHARS,
+                        help="characters in each big prompt; under capture's max_prompt_bytes (256 KiB by default) "
+                             "capture scrubs them")
     parser.add_argument("--big-clients", type=int, default=4)
     parser.add_argument("--baseline", metavar="REF", help="also run the gateway as of this git commit")
+    parser.add_argument("--cold", action="store_true", help="measure from the moment the gateway's port opens: "
+                        "no warm-up, and no wait for a first captured prompt")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
@@ -159,7 +175,7 @@ def main() -> None:
             wait_port(upstream)
             direct = f"http://127.0.0.1:{upstream}/v1/chat/completions"
             asyncio.run(innocent(direct, 40, 4))  # warm up
-            for name, with_big in (("direct, quiet", False), ("direct, 8 MB prompts", True)):
+            for name, with_big in (("direct, quiet", False), ("direct, big prompts", True)):
                 print(json.dumps(summary(name, measure(direct, args, with_big))), flush=True)
             configs = [("quiet", False, False, ROOT), ("big, capture off", False, True, ROOT),
                        ("big, capture on", True, True, ROOT)]

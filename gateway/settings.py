@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 STATE_URL_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -76,6 +76,17 @@ class Settings(BaseSettings):
         except ValidationError as exc:  # its message repeats each bad value: not a state URL's password
             raise _without_state_url_secrets(exc) from None
 
+    @field_validator("policy", "flags_file", "api_keys_file", mode="before")
+    @classmethod
+    def _absolute(cls, path: str | Path | None, info: ValidationInfo) -> Path | None:
+        """Made absolute once, against the working directory the settings load in: the
+        process reads the same file however its working directory changes later. Not
+        resolved: a symlink is kept, so that a mounted ConfigMap's swap is followed.
+        An empty value is none (for the policy, the default policy)."""
+        if path is None or str(path) == "":
+            return default_policy_path() if info.field_name == "policy" else None
+        return Path(path).absolute()
+
     @field_validator("state_url")
     @classmethod
     def _state_url_scheme(cls, url: str | None) -> str | None:
@@ -90,6 +101,8 @@ class Settings(BaseSettings):
 def _without_state_url_secrets(exc: ValidationError) -> ValidationError:
     """The same errors, with a refused state URL's user and password redacted; other values kept."""
     errors = exc.errors()
+    if not any(error["loc"][:1] == ("state_url",) for error in errors):
+        return exc  # nothing to redact (and not every error type can be rebuilt)
     for error in errors:
         if error["loc"][:1] == ("state_url",) and isinstance(error["input"], str):
             error["input"] = redact_url(error["input"])

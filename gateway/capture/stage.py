@@ -10,11 +10,19 @@ thread, never on the event loop. A record keeps the prompt messages (role,
 one of the known roles, and text, scrubbed), the traffic class, the endpoint
 and the time: never names, tool arguments, the answer, headers or keys.
 Logs carry counts, never prompt text.
+
+The scrubber is built by `prepare`, in a worker thread, before the gateway
+serves (its start-up awaits it), and again only when a reload turns capture on
+or changes its phone region. Its build imports presidio: seconds, and about
+450k objects that live as long as the process; they are then frozen out of the
+garbage collector's generations (`gc.freeze`), so later full collections, which
+stall the event loop, no longer walk them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import random
 import time
@@ -86,16 +94,22 @@ class Capture:
         self.queued_bytes += size
         self.metrics.capture_sampled.inc()
 
+    async def prepare(self) -> None:
+        """Build the scrubber for the section in force, in a worker thread, if capture
+        is on and it is not built yet. Without the scrubbing libraries nothing is written."""
+        spec = self.spec
+        if not spec.enabled or not self._stale(spec.phone_region):
+            return
+        try:
+            self.scrubber = await asyncio.to_thread(_built, spec.phone_region)
+        except ImportError as exc:
+            self.log.warning("capture_scrubber_failed", error=type(exc).__name__, missing=exc.name,
+                             hint="pip install 'specgate[capture]'")
+        except Exception as exc:
+            self.log.warning("capture_scrubber_failed", error=type(exc).__name__)
+
     async def run(self) -> None:
         """The background task: until cancelled, scrub and write what is offered."""
-        if self.spec.enabled:  # build the scrubber now, not when the first prompt waits for it
-            try:
-                await asyncio.to_thread(self._scrubber, self.spec.phone_region)
-            except ImportError as exc:  # nothing is written without the scrubbing libraries
-                self.log.warning("capture_scrubber_failed", error=type(exc).__name__, missing=exc.name,
-                                 hint="pip install 'specgate[capture]'")
-            except Exception as exc:
-                self.log.warning("capture_scrubber_failed", error=type(exc).__name__)
         while True:
             try:
                 batch = [await asyncio.wait_for(self.queue.get(), PRUNE_EVERY_S)]
@@ -105,11 +119,16 @@ class Capture:
             while len(batch) < BATCH and not self.queue.empty():
                 batch.append(self.queue.get_nowait())
             self.queued_bytes -= sum(offered[4] for offered in batch)
+            await self.prepare()  # a reload turned capture on or changed the region
             files, spec = self.files, self.spec
             if files is None:
                 continue
+            scrubber = self.scrubber
+            if scrubber is None or scrubber.phone_region != spec.phone_region:  # its build failed: logged
+                self.metrics.capture_dropped.labels("error").inc(len(batch))
+                continue
             try:
-                written, counts = await asyncio.to_thread(self._write, batch, files, spec.phone_region)
+                written, counts = await asyncio.to_thread(self._write, batch, files, scrubber)
             except Exception as exc:  # a full disk or a broken scrubber must not end capture
                 self.metrics.capture_dropped.labels("error").inc(len(batch))
                 self.log.warning("capture_write_failed", records=len(batch), error=type(exc).__name__)
@@ -126,13 +145,10 @@ class Capture:
             except OSError as exc:
                 self.log.warning("capture_prune_failed", error=type(exc).__name__)
 
-    def _scrubber(self, region: str) -> Scrubber:
-        if self.scrubber is None or self.scrubber.phone_region != region:
-            self.scrubber = Scrubber(region)
-        return self.scrubber
+    def _stale(self, region: str) -> bool:
+        return self.scrubber is None or self.scrubber.phone_region != region
 
-    def _write(self, batch: list[Offered], files: CaptureFiles, region: str) -> tuple[int, dict[str, int]]:
-        scrubber = self._scrubber(region)
+    def _write(self, batch: list[Offered], files: CaptureFiles, scrubber: Scrubber) -> tuple[int, dict[str, int]]:
         lines: list[str] = []
         counts: dict[str, int] = {}
         for at, endpoint, traffic_class, prompt, _ in batch:
@@ -149,6 +165,15 @@ class Capture:
         if lines:
             files.append(lines)
         return len(lines), counts
+
+
+def _built(region: str) -> Scrubber:
+    """A scrubber, then everything alive frozen out of the collector's generations
+    (after one collection, so that no garbage is frozen with it)."""
+    scrubber = Scrubber(region)
+    gc.collect()
+    gc.freeze()
+    return scrubber
 
 
 def _messages(prompt: Any) -> list[dict[str, str]]:

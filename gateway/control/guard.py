@@ -34,6 +34,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
@@ -203,7 +204,9 @@ class Guard:
     async def _recorded_baseline(self, spec: GuardSpec) -> Baseline | None:
         if spec.baseline_file is None:
             return None
-        return await asyncio.to_thread(self.load_baseline, spec.baseline_file)
+        # a relative file is next to the policy file, as capture's directory is: never the working directory
+        path = Path(self.runtime.policy.source).parent / spec.baseline_file
+        return await asyncio.to_thread(self.load_baseline, str(path))
 
     # Judging -----------------------------------------------------------------
 

@@ -79,7 +79,7 @@ class GatewayParts:
         self.overrides = SharedOverrides(self.state, self.flags) if self.state is not None else None
         self.class_latency = ClassLatency()
         self.latency = cold_model(policy)
-        self.capture = Capture(policy.spec.capture, self.metrics, base=Path(policy.source).resolve().parent)
+        self.capture = Capture(policy.spec.capture, self.metrics, base=Path(policy.source).absolute().parent)
         self.proxy = ProxyEndpoints(settings, self.runtime, self.flags, self.metrics,
                                     ClientKeys.load(settings.api_keys, settings.api_keys_file),
                                     class_latency=self.class_latency, latency=self.latency,
@@ -211,6 +211,9 @@ class GatewayParts:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        # Before serving: the port opens, and /readyz answers, only once the scrubber is built
+        await self.capture.prepare()
+        self._log_files()
         self.watch_pools()
         if self.state is not None:
             self.state.start()
@@ -229,6 +232,14 @@ class GatewayParts:
                 yield
             finally:
                 await self._stop(tasks)
+
+    def _log_files(self) -> None:
+        """The files this process reads and writes, as absolute paths: a later change of
+        its working directory changes none of them."""
+        capture = self.capture.files
+        self.log.info("files", policy=str(self.settings.policy), flags_file=_named(self.settings.flags_file),
+                      api_keys_file=_named(self.settings.api_keys_file),
+                      capture_directory=_named(capture.directory if capture is not None else None))
 
     async def _stop(self, tasks: list[asyncio.Task[None]]) -> None:
         for task in tasks:
@@ -292,6 +303,10 @@ def state_store(settings: Settings, metrics: GatewayMetrics) -> StateStore | Non
     if not settings.state_url:
         return None
     return StateStore(settings.state_url, settings.state_namespace, metrics, settings.state_timeout_s)
+
+
+def _named(path: Path | None) -> str | None:
+    return None if path is None else str(path)
 
 
 def _up(endpoint: Endpoint) -> int:

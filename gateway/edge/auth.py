@@ -69,7 +69,12 @@ class ClientKeys:
 
 
 def _from_file(path: Path) -> dict[str, Grant]:
-    entries = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    try:
+        entries = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    except OSError as exc:
+        raise ValueError(f"SPECGATE_API_KEYS_FILE {path}: cannot read it: {exc.strerror}") from None
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"SPECGATE_API_KEYS_FILE {path}: not a YAML or JSON list: {exc}") from None
     if not isinstance(entries, list):
         raise ValueError(f"{path}: expected a list of {{key, pools, priority, max_priority}} entries")
     grants = {}

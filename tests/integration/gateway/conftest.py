@@ -17,6 +17,7 @@ from gateway.upstream.meter import Measurement
 from tests.fakes.vllm import FakeVllm
 
 ADMIN_TOKEN = "test-admin-token"
+START_GUARD_S = 120.0
 
 
 def policy_dict(spec_urls: list[str], std_urls: list[str], **pool_options) -> dict:
@@ -85,7 +86,8 @@ def start_gateway(tmp_path) -> Iterator[Callable[..., Gateway]]:
         options = {"policy": path, "admin_token": ADMIN_TOKEN, "keepalive_s": 10.0,
                    "policy_watch_interval_s": 0.2, **settings}
         app = create_app(Settings(**options))
-        server = BackgroundServer(app, lifespan="on", http=http).start()
+        # a hang guard: with capture on, start-up builds the scrubber (seconds, once a process)
+        server = BackgroundServer(app, lifespan="on", http=http).start(timeout=START_GUARD_S)
         servers.append(server)
         return Gateway(app, server, path)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import re
 import threading
@@ -12,8 +14,12 @@ import anthropic
 import httpx
 import openai
 import pytest
+import yaml
 
-from tests.integration.gateway.conftest import policy_dict
+from backends.serving.server import BackgroundServer
+from gateway.edge.app import create_app
+from gateway.settings import Settings
+from tests.integration.gateway.conftest import START_GUARD_S, policy_dict
 
 PII = {
     "jane.doe@example.com": "<EMAIL>",
@@ -145,3 +151,38 @@ def test_a_relative_capture_directory_is_next_to_the_policy_not_the_working_dire
     wait_for(lambda: metric(gw.url, "specgate_capture_written") >= 1, "one captured prompt")
     assert list((gw.policy_path.parent / "captured").glob("capture-*.jsonl"))
     assert not (elsewhere / "captured").exists()
+
+
+def test_the_gateway_serves_and_says_ready_only_once_the_scrubber_is_built(spec_fake, std_fake, tmp_path):
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(capture_policy(spec_fake.url, std_fake.url, tmp_path / "capture")))
+    app = create_app(Settings(policy=path))
+    capture = app.state.parts.capture
+    building, release = threading.Event(), threading.Event()
+    prepare = capture.prepare
+
+    async def held() -> None:  # the start-up's build, held until the test has looked
+        building.set()
+        await asyncio.to_thread(release.wait, HANG_GUARD_S)
+        await prepare()
+
+    capture.prepare = held
+    server = BackgroundServer(app, lifespan="on")
+    starting = threading.Thread(target=server.start, kwargs={"timeout": START_GUARD_S})
+    starting.start()
+    try:
+        assert building.wait(HANG_GUARD_S)
+        with pytest.raises(httpx.ConnectError):  # not listening yet: no request, /readyz included, is served
+            httpx.get(server.url + "/readyz")
+        assert capture.scrubber is None
+        gc.unfreeze()
+        release.set()
+        starting.join(START_GUARD_S)
+        assert server.running
+        ready = httpx.get(server.url + "/readyz")
+        assert ready.status_code == 200 and ready.json()["ready"] is True
+        assert capture.scrubber is not None and gc.get_freeze_count() > 0
+    finally:
+        release.set()
+        starting.join(START_GUARD_S)
+        server.stop(graceful=True)

@@ -143,6 +143,8 @@ def test_gateway_probes_replicas_and_resources(k8s_documents):
     assert deployment["spec"]["replicas"] == 3
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    startup = container["startupProbe"]  # the scrubber's build, with capture on, is not a dead gateway
+    assert startup["httpGet"]["path"] == "/healthz" and startup["periodSeconds"] * startup["failureThreshold"] >= 120
     assert {"cpu", "memory"} <= set(container["resources"]["requests"])
     assert {"cpu", "memory"} <= set(container["resources"]["limits"])
     from specgate.cli import build_parser

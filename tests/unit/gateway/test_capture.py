@@ -142,13 +142,13 @@ def test_an_idle_capture_still_deletes_files_past_retention(tmp_path, monkeypatc
     assert not old.exists()
 
 
-def test_every_stored_string_is_scrubbed_and_roles_come_from_a_closed_set(tmp_path):
+def test_every_stored_string_is_scrubbed_and_roles_come_from_a_closed_set(tmp_path, scrubber):
     capture = Capture(CaptureSpec(enabled=True, share=1.0, directory=str(tmp_path)), GatewayMetrics())
     messages = [{"role": "user ops@example.org", "name": "jane.doe@example.com", "content": "hello"},
                 {"role": "assistant", "content": None,
                  "tool_calls": [{"function": {"name": "f", "arguments": '{"key": "AKIAIOSFODNN7EXAMPLE"}'}}]},
                 {"role": "tool", "content": [{"type": "text", "text": "export API_TOKEN=s3cr3tvalue"}]}]
-    written, _ = capture._write([(0.0, "chat", None, messages, 0)], capture.files, "US")
+    written, _ = capture._write([(0.0, "chat", None, messages, 0)], capture.files, scrubber)
     text = "".join(path.read_text() for path in capture.files.files())
     assert written == 1
     for secret in ("ops@example.org", "jane.doe@example.com", "AKIAIOSFODNN7EXAMPLE", "s3cr3tvalue"):
@@ -169,3 +169,30 @@ def test_the_queue_is_bounded_in_bytes_and_oversize_prompts_are_skipped(tmp_path
                       None)
     assert capture.queue.qsize() == 3 and capture.queued_bytes == 9000
     assert metrics.capture_dropped.labels("queue_full")._value.get() == 2
+
+
+def test_a_reload_that_turns_capture_on_builds_the_scrubber_before_the_first_write(tmp_path):
+    import asyncio
+    import gc
+
+    gc.unfreeze()  # what an earlier test froze, back in the collector's generations
+    metrics = GatewayMetrics()
+    capture = Capture(CaptureSpec(directory=str(tmp_path)), metrics)  # off at start-up: nothing to build
+
+    async def scenario() -> None:
+        await capture.prepare()
+        assert capture.scrubber is None and gc.get_freeze_count() == 0
+        capture.apply(CaptureSpec(enabled=True, share=1.0, directory=str(tmp_path), phone_region="GB"))
+        task = asyncio.create_task(capture.run())
+        capture.offer("chat", {"messages": [{"role": "user", "content": "mail ops@example.org"}]}, None)
+        async with asyncio.timeout(120):  # a hang guard
+            while metrics.capture_written._value.get() < 1:
+                await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert capture.scrubber is not None and capture.scrubber.phone_region == "GB"
+    assert gc.get_freeze_count() > 0  # what the build left is out of the collector's generations
+    text = "".join(path.read_text() for path in capture.files.files())
+    assert "<EMAIL>" in text and "ops@example.org" not in text

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -81,18 +83,37 @@ def test_latency_within_the_limit_is_no_regression(rig_for):
     assert rig.enabled
 
 
-def test_latency_regression_against_a_recorded_baseline(rig_for, tmp_path):
-    baseline = tmp_path / "baseline.json"
-    baseline.write_text(json.dumps({
+def write_baseline(path: Path) -> None:
+    """A baseline as `specgate baseline record` writes it: e2e p95 2.0 s."""
+    path.write_text(json.dumps({
         "url": "http://127.0.0.1:9001", "model": "m", "recorded_at": "2026-01-01T00:00:00Z", "requests": 100,
         "ttft_s": {"p50": 0.05, "p95": 0.1}, "tpot_s": {"p50": 0.01, "p95": 0.02},
         "e2e_s": {"p50": 1.0, "p95": 2.0}}))
+
+
+def test_latency_regression_against_a_recorded_baseline(rig_for, tmp_path):
+    baseline = tmp_path / "baseline.json"
+    write_baseline(baseline)
     rig = rig_for(baseline_file=str(baseline), latency_metric="e2e")
     slow = signals(0.8)
     slow = type(slow)(**{**slow.__dict__, "e2e_p95": 2.6})  # 30 % over the recorded 2.0 s
     for _ in range(3):
         rig.check(slow, std=signals(0.8, itl=1.0))
     assert not rig.enabled
+    assert rig.guard.status()["pools"]["speculative"]["latency"]["baseline_s"] == 2.0
+
+
+def test_a_relative_baseline_file_is_next_to_the_policy_not_the_working_directory(rig_for, tmp_path,
+                                                                                    monkeypatch):
+    write_baseline(tmp_path / "baseline.json")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    policy = dataclasses.replace(make_policy(baseline_file="baseline.json", latency_metric="e2e"),
+                                 source=str(tmp_path / "policy.yaml"))
+    rig = rig_for(policy)
+    rig.check(GOOD)
+    assert rig.guard_up() == 1
     assert rig.guard.status()["pools"]["speculative"]["latency"]["baseline_s"] == 2.0
 
 
