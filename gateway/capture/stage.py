@@ -4,9 +4,9 @@
 walk over its strings, no copy) and a non-blocking put on a queue bounded in
 prompts and in bytes; a prompt over `max_prompt_bytes` is skipped
 (`too_large`), and one the queue has no room for is dropped (`queue_full`),
-both counted. The task takes what is queued, scrubs it (see
-`scrub.Scrubber`) and appends it (see `files.CaptureFiles`) in a worker
-thread, never on the event loop. A record keeps the prompt messages (role,
+both counted. The task takes what is queued, has the scrubbing process
+scrub it (see `scrub.Scrubber`, `worker.records`) and appends the records
+(see `files.CaptureFiles`) in a worker thread, never on the event loop. A record keeps the prompt messages (role,
 one of the known roles, and text, scrubbed), the traffic class, the endpoint
 and the time: never names, tool arguments, the answer, headers or keys.
 Logs carry counts, never prompt text.
@@ -111,7 +111,7 @@ class Capture:
             missing = {"missing": exc.missing, "hint": "pip install 'specgate[capture]'"} if exc.missing else {}
             self.log.warning("capture_scrubber_failed", error=exc.error, **missing)
             return
-        except (WorkerDied, OSError) as exc:  # it died while building, or could not start
+        except Exception as exc:  # it died while building, or could not start: capture must go on
             self.log.warning("capture_scrubber_failed", error=type(exc).__name__)
             return
         if self.worker is not None or not self.spec.enabled:  # turned off meanwhile, or another one started
