@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -251,3 +254,19 @@ def test_a_killed_scrubbing_process_is_counted_and_the_next_batch_starts_another
     assert metrics.capture_dropped.labels("error")._value.get() == 1  # the batch in the process killed
     lines = [line for path in capture.files.files() for line in path.read_text().splitlines()]
     assert len(lines) == 2 and all("<EMAIL>" in line for line in lines)
+
+
+@pytest.mark.slow  # one build of the scrubber, in a process started for the test
+def test_the_gateway_process_imports_no_scrubbing_library(tmp_path):
+    code = ("import asyncio, json, sys\n"
+            "from gateway.capture.stage import Capture\n"
+            "from gateway.metrics import GatewayMetrics\n"
+            "from gateway.policy.capture import CaptureSpec\n"
+            f"capture = Capture(CaptureSpec(enabled=True, directory={str(tmp_path)!r}), GatewayMetrics())\n"
+            "asyncio.run(capture.prepare())\n"
+            "print(json.dumps([capture.worker is not None and capture.worker.alive,\n"
+            "                  sorted(m for m in ('presidio_analyzer', 'spacy', 'torch', 'phonenumbers') "
+            "if m in sys.modules)]))\n"
+            "capture.close()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert json.loads(done.stdout) == [True, []]  # the scrubber is built, in the child only
