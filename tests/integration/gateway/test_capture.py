@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import threading
 import time
 from pathlib import Path
@@ -112,6 +113,21 @@ def test_a_full_queue_drops_and_counts_and_requests_still_succeed(start_gateway,
         assert metric(gw.url, "specgate_capture_dropped", '{reason="queue_full"}') == 3
         release.set()
     wait_for(lambda: metric(gw.url, "specgate_capture_written") == 2, "the two queued prompts written")
+
+
+@pytest.mark.slow  # two builds of the scrubber
+def test_a_killed_scrubbing_process_is_replaced_and_clients_never_see_it(start_gateway, spec_fake, std_fake,
+                                                                         tmp_path):
+    gw = start_gateway(capture_policy(spec_fake.url, std_fake.url, tmp_path / "capture"))
+    first = gw.app.state.parts.capture.worker
+    os.kill(first.pid, signal.SIGKILL)
+    wait_for(lambda: not first.process.is_alive(), "the scrubbing process gone")
+    with openai.OpenAI(base_url=gw.base_url, api_key="k", max_retries=0) as client:
+        answer = client.chat.completions.create(model="m", max_tokens=8, messages=[{"role": "user", "content": PROMPT}])
+        assert answer.choices[0].message.content
+    wait_for(lambda: metric(gw.url, "specgate_capture_written") >= 1, "the prompt written by another process")
+    assert metric(gw.url, "specgate_capture_worker_died") == 1
+    assert gw.app.state.parts.capture.worker.pid not in (first.pid, os.getpid())
 
 
 def test_a_zero_share_captures_nothing(start_gateway, spec_fake, std_fake, tmp_path):
