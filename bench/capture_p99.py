@@ -6,7 +6,9 @@ fake backend (bench/fast_upstream.py), all on 127.0.0.1. In each, a few
 innocent clients send small chat requests one after another while big clients,
 in a process of their own (their event loop is not the innocent clients'),
 send a bounded number of 8 MB prompts; the innocent requests' p50 and p99 are
-reported, with the CPU time the gateway used meanwhile. `quiet` runs the
+reported, with the CPU time the gateway used meanwhile (`gateway_cpu_s`) and
+its child processes (`children_cpu_s`: the scrubbing process, where it has one),
+and, at the end, their resident memory (`gateway_rss_mb`, `children_rss_mb`). `quiet` runs the
 innocent clients alone, as the baseline; `direct` sends the same load to the
 backend with no gateway between (what the load generator and the backend
 cost by themselves). With capture on, the gateway builds its scrubber
@@ -121,16 +123,20 @@ def run(name: str, capture: bool, with_big: bool, upstream: int, tmp: Path, args
         if not args.cold:
             asyncio.run(innocent(url, 40, 4))  # warm up
             written_s = first_written(port, listening) if capture else None
-        cpu_before = cpu_seconds(proc.pid)
+        cpu_before, children_before = cpu_seconds(proc.pid), children_cpu_seconds(proc.pid)
         latencies = measure(url, args, with_big)
         cpu_s = round(cpu_seconds(proc.pid) - cpu_before, 2)
+        children_s = round(children_cpu_seconds(proc.pid) - children_before, 2)
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        memory = {"gateway_rss_mb": rss_mb(proc.pid),
+                  "children_rss_mb": round(sum(rss_mb(child) for child in children(proc.pid)), 1)}
     finally:
         proc.terminate()
         proc.wait(30)
     dropped = {line.split('"')[1]: float(line.split()[-1]) for line in metrics.splitlines()
                if line.startswith("specgate_capture_dropped_total{")}
-    return summary(name, latencies) | {"gateway_cpu_s": cpu_s, "capture_dropped": dropped,
+    return summary(name, latencies) | {"gateway_cpu_s": cpu_s, "children_cpu_s": children_s,
+                                       **memory, "capture_dropped": dropped,
                                        "started_s": started_s, "first_written_s": written_s}
 
 
@@ -139,6 +145,29 @@ def cpu_seconds(pid: int) -> float:
     what the gateway worked, which a shared host's other load does not inflate as it does latency."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of `pid` (a gateway that scrubs in a process of its own: that one)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it exited meanwhile
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def children_cpu_seconds(pid: int) -> float:
+    return sum(cpu_seconds(child) for child in children(pid))
+
+
+def rss_mb(pid: int) -> float:
+    """The resident memory of process `pid`, in MiB (VmRSS, from /proc)."""
+    line = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmRSS:"))
+    return round(int(line.split()[1]) / 1024, 1)
 
 
 def first_written(port: int, since: float, limit_s: float = 300.0) -> float:

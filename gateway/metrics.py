@@ -130,6 +130,9 @@ class GatewayMetrics:
         self.capture_dropped = Counter("specgate_capture_dropped",
                                        "Prompts not captured: queue_full, too_large, error, no_text", ["reason"],
                                        registry=r)
+        self.capture_worker_died = Counter("specgate_capture_worker_died",
+                                           "Scrubbing processes that died (killed, out of memory); "
+                                           "the next batch starts another", registry=r)
         self.capture_redactions = Counter("specgate_capture_redactions",
                                           "PII and secrets replaced in captured prompts, by kind", ["kind"],
                                           registry=r)

@@ -17,7 +17,8 @@ says it is secret, key formats by their prefix (`sk-`, `ghp_`, `xox?-`,
 `AKIA`, JWTs), and national ID numbers (US SSN, UK NINO, Brazil CPF).
 
 Building a `Scrubber` imports presidio (and through it spaCy's code, not a
-model): seconds, so the capture stage builds it in a thread off the loop.
+model): seconds. It is built, and it scrubs, only in the capture stage's
+scrubbing process (`worker.py`), never in the gateway's.
 """
 
 from __future__ import annotations

@@ -4,26 +4,27 @@
 walk over its strings, no copy) and a non-blocking put on a queue bounded in
 prompts and in bytes; a prompt over `max_prompt_bytes` is skipped
 (`too_large`), and one the queue has no room for is dropped (`queue_full`),
-both counted. The task takes what is queued, scrubs it (see
-`scrub.Scrubber`) and appends it (see `files.CaptureFiles`) in a worker
-thread, never on the event loop. A record keeps the prompt messages (role,
+both counted. The task takes what is queued, has the scrubbing process
+scrub it (see `scrub.Scrubber`, `worker.records`) and appends the records
+(see `files.CaptureFiles`) in a worker thread, never on the event loop. A record keeps the prompt messages (role,
 one of the known roles, and text, scrubbed), the traffic class, the endpoint
 and the time: never names, tool arguments, the answer, headers or keys.
 Logs carry counts, never prompt text.
 
-The scrubber is built by `prepare`, in a worker thread, before the gateway
-serves (its start-up awaits it), and again only when a reload turns capture on
-or changes its phone region. Its build imports presidio: seconds, and about
-450k objects that live as long as the process; they are then frozen out of the
-garbage collector's generations (`gc.freeze`), so later full collections, which
-stall the event loop, no longer walk them.
+Scrubbing runs in a process of its own (`worker.ScrubWorker`): it holds the
+GIL for about 1 s on a prompt near `max_prompt_bytes`, which in this process
+would stall the event loop. The stage owns that one process. `prepare` starts
+it before the gateway serves (its start-up awaits it: seconds, presidio's
+imports, in the child), and again when a reload turns capture on or changes
+its phone region; turning capture off, or the gateway's shutdown (`close`),
+ends it. A worker that dies (killed, out of memory) is counted
+(`capture_worker_died`) and logged; the batch it held is dropped (`error`),
+and the next batch starts another.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
-import json
 import random
 import time
 from collections.abc import Mapping
@@ -33,14 +34,12 @@ from typing import Any
 import structlog
 
 from gateway.capture.files import CaptureFiles
-from gateway.capture.scrub import Scrubber
+from gateway.capture.worker import Offered, ScrubberFailed, ScrubWorker, WorkerDied
 from gateway.decide import apis
 from gateway.metrics import GatewayMetrics
 from gateway.policy.capture import CaptureSpec
 
-Offered = tuple[float, str, str | None, Any, int]  # time, endpoint, traffic class, messages or prompt, size
-ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
-BATCH = 64  # the most records one worker-thread call scrubs and writes
+BATCH = 64  # the most records one round trip to the worker scrubs
 PRUNE_EVERY_S = 600.0  # with no prompt for this long, files past retention are deleted anyway
 
 
@@ -54,7 +53,7 @@ class Capture:
         self.base = base or Path.cwd()
         self.rng = rng or random.Random()
         self.log = structlog.get_logger("specgate.capture")
-        self.scrubber: Scrubber | None = None
+        self.worker: ScrubWorker | None = None  # the scrubbing process, once started
         self.spec = spec
         self.queue: asyncio.Queue[Offered] = asyncio.Queue(maxsize=spec.queue)
         self.queued_bytes = 0  # the text waiting in the queue
@@ -65,6 +64,8 @@ class Capture:
         queue keeps the bound it started with."""
         if spec == self.spec:
             return
+        if not spec.enabled:  # nothing more to scrub: its memory back
+            self.close()
         if (spec.directory, spec.max_file_bytes, spec.max_files, spec.retention_days) != (
                 self.spec.directory, self.spec.max_file_bytes, self.spec.max_files, self.spec.retention_days):
             self.files = _files(spec, self.base)
@@ -95,18 +96,34 @@ class Capture:
         self.metrics.capture_sampled.inc()
 
     async def prepare(self) -> None:
-        """Build the scrubber for the section in force, in a worker thread, if capture
-        is on and it is not built yet. Without the scrubbing libraries nothing is written."""
-        spec = self.spec
-        if not spec.enabled or not self._stale(spec.phone_region):
+        """Start the scrubbing process for the section in force, if capture is on and none
+        alive scrubs for its phone region; it returns once the process's scrubber is built.
+        Without the scrubbing libraries nothing is written."""
+        spec, worker = self.spec, self.worker
+        if not spec.enabled or (worker is not None and worker.alive and worker.region == spec.phone_region):
             return
+        if worker is not None and not worker.closed and worker.region == spec.phone_region:
+            self._lost(worker, "between batches")
+        self.close()
         try:
-            self.scrubber = await asyncio.to_thread(_built, spec.phone_region)
-        except ImportError as exc:
-            self.log.warning("capture_scrubber_failed", error=type(exc).__name__, missing=exc.name,
-                             hint="pip install 'specgate[capture]'")
-        except Exception as exc:
+            started = await asyncio.to_thread(ScrubWorker, spec.phone_region)
+        except ScrubberFailed as exc:
+            missing = {"missing": exc.missing, "hint": "pip install 'specgate[capture]'"} if exc.missing else {}
+            self.log.warning("capture_scrubber_failed", error=exc.error, **missing)
+            return
+        except Exception as exc:  # it died while building, or could not start: capture must go on
             self.log.warning("capture_scrubber_failed", error=type(exc).__name__)
+            return
+        if self.worker is not None or not self.spec.enabled:  # turned off meanwhile, or another one started
+            started.close()
+            return
+        self.worker = started
+
+    def close(self) -> None:
+        """End the scrubbing process (on shutdown, or when capture is turned off)."""
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            worker.close()
 
     async def run(self) -> None:
         """The background task: until cancelled, scrub and write what is offered."""
@@ -119,19 +136,21 @@ class Capture:
             while len(batch) < BATCH and not self.queue.empty():
                 batch.append(self.queue.get_nowait())
             self.queued_bytes -= sum(offered[4] for offered in batch)
-            await self.prepare()  # a reload turned capture on or changed the region
-            files, spec = self.files, self.spec
+            await self.prepare()  # a reload turned capture on or changed the region, or the worker died
+            files, worker = self.files, self.worker
             if files is None:
                 continue
-            scrubber = self.scrubber
-            if scrubber is None or scrubber.phone_region != spec.phone_region:  # its build failed: logged
+            if worker is None or worker.region != self.spec.phone_region:  # its start failed: logged
                 self.metrics.capture_dropped.labels("error").inc(len(batch))
                 continue
             try:
-                written, counts = await asyncio.to_thread(self._write, batch, files, scrubber)
-            except Exception as exc:  # a full disk or a broken scrubber must not end capture
+                written, counts = await asyncio.to_thread(self._write, batch, files, worker)
+            except Exception as exc:  # a full disk, a dead worker or a broken scrubber must not end capture
                 self.metrics.capture_dropped.labels("error").inc(len(batch))
-                self.log.warning("capture_write_failed", records=len(batch), error=type(exc).__name__)
+                if isinstance(exc, WorkerDied) and not worker.closed:
+                    self._lost(worker, "scrubbing")
+                else:
+                    self.log.warning("capture_write_failed", records=len(batch), error=type(exc).__name__)
                 continue
             self.metrics.capture_written.inc(written)
             self.metrics.capture_dropped.labels("no_text").inc(len(batch) - written)
@@ -145,55 +164,22 @@ class Capture:
             except OSError as exc:
                 self.log.warning("capture_prune_failed", error=type(exc).__name__)
 
-    def _stale(self, region: str) -> bool:
-        return self.scrubber is None or self.scrubber.phone_region != region
+    def _lost(self, worker: ScrubWorker, during: str) -> None:
+        """A worker that died by no doing of ours: counted, logged, and ended here
+        (the next batch starts another)."""
+        self.metrics.capture_worker_died.inc()
+        self.log.warning("capture_worker_died", pid=worker.pid, during=during,
+                         exitcode=worker.process.exitcode)
+        if self.worker is worker:
+            self.close()
 
-    def _write(self, batch: list[Offered], files: CaptureFiles, scrubber: Scrubber) -> tuple[int, dict[str, int]]:
-        lines: list[str] = []
-        counts: dict[str, int] = {}
-        for at, endpoint, traffic_class, prompt, _ in batch:
-            messages = _messages(prompt)
-            if not messages:
-                continue
-            for message in messages:
-                message["content"], found = scrubber.scrub(message["content"])
-                for placeholder, count in found.items():
-                    counts[placeholder] = counts.get(placeholder, 0) + count
-            record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at)), "class": traffic_class,
-                      "endpoint": endpoint, "messages": messages}
-            lines.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
+    @staticmethod
+    def _write(batch: list[Offered], files: CaptureFiles, worker: ScrubWorker) -> tuple[int, dict[str, int]]:
+        """Blocking: the batch scrubbed in the worker process, its lines appended here."""
+        lines, counts = worker.scrub(batch)
         if lines:
             files.append(lines)
         return len(lines), counts
-
-
-def _built(region: str) -> Scrubber:
-    """A scrubber, then everything alive frozen out of the collector's generations
-    (after one collection, so that no garbage is frozen with it)."""
-    scrubber = Scrubber(region)
-    gc.collect()
-    gc.freeze()
-    return scrubber
-
-
-def _messages(prompt: Any) -> list[dict[str, str]]:
-    """Role and text of each message; a completions prompt is one user message."""
-    if isinstance(prompt, str):
-        return [{"role": "user", "content": prompt}] if prompt else []
-    if not isinstance(prompt, list):
-        return []
-    out: list[dict[str, str]] = []
-    for message in prompt:
-        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
-            continue
-        content = message.get("content")
-        if isinstance(content, list):  # content parts: keep the text ones
-            content = "\n".join(part["text"] for part in content
-                                if isinstance(part, Mapping) and isinstance(part.get("text"), str))
-        if isinstance(content, str) and content:
-            role = message["role"] if message["role"] in ROLES else "other"  # a free string is not kept
-            out.append({"role": role, "content": content})
-    return out
 
 
 def _size(prompt: Any, limit: int) -> int:

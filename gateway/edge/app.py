@@ -211,7 +211,7 @@ class GatewayParts:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        # Before serving: the port opens, and /readyz answers, only once the scrubber is built
+        # Before serving: the port opens, and /readyz answers, only once the scrubbing process's scrubber is built
         await self.capture.prepare()
         self._log_files()
         self.watch_pools()
@@ -245,6 +245,7 @@ class GatewayParts:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self.capture.close()  # the scrubbing process ends with the gateway
         if self.verdicts is not None:  # first, so that another guard leads at once
             await self.verdicts.aclose()
         if self.flag_file is not None:

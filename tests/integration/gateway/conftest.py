@@ -86,7 +86,7 @@ def start_gateway(tmp_path) -> Iterator[Callable[..., Gateway]]:
         options = {"policy": path, "admin_token": ADMIN_TOKEN, "keepalive_s": 10.0,
                    "policy_watch_interval_s": 0.2, **settings}
         app = create_app(Settings(**options))
-        # a hang guard: with capture on, start-up builds the scrubber (seconds, once a process)
+        # a hang guard: with capture on, start-up builds the scrubber (seconds: a process of its own imports presidio)
         server = BackgroundServer(app, lifespan="on", http=http).start(timeout=START_GUARD_S)
         servers.append(server)
         return Gateway(app, server, path)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
+import os
 import re
+import signal
 import threading
 import time
 from pathlib import Path
@@ -114,6 +115,21 @@ def test_a_full_queue_drops_and_counts_and_requests_still_succeed(start_gateway,
     wait_for(lambda: metric(gw.url, "specgate_capture_written") == 2, "the two queued prompts written")
 
 
+@pytest.mark.slow  # two builds of the scrubber
+def test_a_killed_scrubbing_process_is_replaced_and_clients_never_see_it(start_gateway, spec_fake, std_fake,
+                                                                         tmp_path):
+    gw = start_gateway(capture_policy(spec_fake.url, std_fake.url, tmp_path / "capture"))
+    first = gw.app.state.parts.capture.worker
+    os.kill(first.pid, signal.SIGKILL)
+    wait_for(lambda: not first.process.is_alive(), "the scrubbing process gone")
+    with openai.OpenAI(base_url=gw.base_url, api_key="k", max_retries=0) as client:
+        answer = client.chat.completions.create(model="m", max_tokens=8, messages=[{"role": "user", "content": PROMPT}])
+        assert answer.choices[0].message.content
+    wait_for(lambda: metric(gw.url, "specgate_capture_written") >= 1, "the prompt written by another process")
+    assert metric(gw.url, "specgate_capture_worker_died") == 1
+    assert gw.app.state.parts.capture.worker.pid not in (first.pid, os.getpid())
+
+
 def test_a_zero_share_captures_nothing(start_gateway, spec_fake, std_fake, tmp_path):
     directory = tmp_path / "capture"
     gw = start_gateway(capture_policy(spec_fake.url, std_fake.url, directory, share=0.0))
@@ -153,7 +169,7 @@ def test_a_relative_capture_directory_is_next_to_the_policy_not_the_working_dire
     assert not (elsewhere / "captured").exists()
 
 
-def test_the_gateway_serves_and_says_ready_only_once_the_scrubber_is_built(spec_fake, std_fake, tmp_path):
+def test_the_gateway_serves_and_says_ready_only_once_the_scrubbing_process_is_built(spec_fake, std_fake, tmp_path):
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(capture_policy(spec_fake.url, std_fake.url, tmp_path / "capture")))
     app = create_app(Settings(policy=path))
@@ -174,15 +190,16 @@ def test_the_gateway_serves_and_says_ready_only_once_the_scrubber_is_built(spec_
         assert building.wait(HANG_GUARD_S)
         with pytest.raises(httpx.ConnectError):  # not listening yet: no request, /readyz included, is served
             httpx.get(server.url + "/readyz")
-        assert capture.scrubber is None
-        gc.unfreeze()
+        assert capture.worker is None
         release.set()
         starting.join(START_GUARD_S)
         assert server.running
         ready = httpx.get(server.url + "/readyz")
         assert ready.status_code == 200 and ready.json()["ready"] is True
-        assert capture.scrubber is not None and gc.get_freeze_count() > 0
+        worker = capture.worker  # built in a process of its own
+        assert worker is not None and worker.alive and worker.pid != os.getpid()
     finally:
         release.set()
         starting.join(START_GUARD_S)
         server.stop(graceful=True)
+    assert not worker.process.is_alive()  # the gateway's shutdown ended it

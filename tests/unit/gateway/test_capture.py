@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import random
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -11,6 +16,7 @@ import pytest
 from gateway.capture.files import CaptureFiles
 from gateway.capture.scrub import Scrubber
 from gateway.capture.stage import Capture
+from gateway.capture.worker import records
 from gateway.metrics import GatewayMetrics
 from gateway.policy.capture import CaptureSpec
 from gateway.policy.loader import PolicyError, parse_policy
@@ -120,8 +126,6 @@ def test_capture_is_off_by_default_and_needs_a_directory():
 
 
 def test_an_idle_capture_still_deletes_files_past_retention(tmp_path, monkeypatch):
-    import asyncio
-
     from gateway.capture import stage
 
     monkeypatch.setattr(stage, "PRUNE_EVERY_S", 0.01)
@@ -142,18 +146,17 @@ def test_an_idle_capture_still_deletes_files_past_retention(tmp_path, monkeypatc
     assert not old.exists()
 
 
-def test_every_stored_string_is_scrubbed_and_roles_come_from_a_closed_set(tmp_path, scrubber):
-    capture = Capture(CaptureSpec(enabled=True, share=1.0, directory=str(tmp_path)), GatewayMetrics())
+def test_every_stored_string_is_scrubbed_and_roles_come_from_a_closed_set(scrubber):
     messages = [{"role": "user ops@example.org", "name": "jane.doe@example.com", "content": "hello"},
                 {"role": "assistant", "content": None,
                  "tool_calls": [{"function": {"name": "f", "arguments": '{"key": "AKIAIOSFODNN7EXAMPLE"}'}}]},
                 {"role": "tool", "content": [{"type": "text", "text": "export API_TOKEN=s3cr3tvalue"}]}]
-    written, _ = capture._write([(0.0, "chat", None, messages, 0)], capture.files, scrubber)
-    text = "".join(path.read_text() for path in capture.files.files())
-    assert written == 1
+    lines, counts = records([(0.0, "chat", None, messages, 0), (0.0, "completions", None, "", 0)], scrubber)
+    text = "".join(lines)
+    assert len(lines) == 1  # the empty prompt has no record
     for secret in ("ops@example.org", "jane.doe@example.com", "AKIAIOSFODNN7EXAMPLE", "s3cr3tvalue"):
         assert secret not in text
-    assert '"role":"other"' in text and '"role":"tool"' in text
+    assert '"role":"other"' in text and '"role":"tool"' in text and counts == {"<SECRET>": 1}
 
 
 def test_the_queue_is_bounded_in_bytes_and_oversize_prompts_are_skipped(tmp_path):
@@ -171,28 +174,99 @@ def test_the_queue_is_bounded_in_bytes_and_oversize_prompts_are_skipped(tmp_path
     assert metrics.capture_dropped.labels("queue_full")._value.get() == 2
 
 
-def test_a_reload_that_turns_capture_on_builds_the_scrubber_before_the_first_write(tmp_path):
-    import asyncio
-    import gc
+async def written(metrics: GatewayMetrics, count: int) -> None:
+    async with asyncio.timeout(120):  # a hang guard
+        while metrics.capture_written._value.get() < count:
+            await asyncio.sleep(0.01)
 
-    gc.unfreeze()  # what an earlier test froze, back in the collector's generations
+
+def offer_email(capture: Capture) -> None:
+    capture.offer("chat", {"messages": [{"role": "user", "content": "mail ops@example.org"}]}, None)
+
+
+def test_a_reload_that_turns_capture_on_starts_the_scrubbing_process_before_the_first_write(tmp_path):
     metrics = GatewayMetrics()
-    capture = Capture(CaptureSpec(directory=str(tmp_path)), metrics)  # off at start-up: nothing to build
+    capture = Capture(CaptureSpec(directory=str(tmp_path)), metrics)  # off at start-up: nothing to start
 
     async def scenario() -> None:
         await capture.prepare()
-        assert capture.scrubber is None and gc.get_freeze_count() == 0
+        assert capture.worker is None
         capture.apply(CaptureSpec(enabled=True, share=1.0, directory=str(tmp_path), phone_region="GB"))
         task = asyncio.create_task(capture.run())
-        capture.offer("chat", {"messages": [{"role": "user", "content": "mail ops@example.org"}]}, None)
-        async with asyncio.timeout(120):  # a hang guard
-            while metrics.capture_written._value.get() < 1:
-                await asyncio.sleep(0.01)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        offer_email(capture)
+        try:
+            await written(metrics, 1)
+            worker = capture.worker
+            assert worker is not None and worker.alive and worker.region == "GB" and worker.pid != os.getpid()
+            capture.apply(CaptureSpec(directory=str(tmp_path)))  # off again: the process ends
+            assert capture.worker is None and not worker.process.is_alive()
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            capture.close()
 
     asyncio.run(scenario())
-    assert capture.scrubber is not None and capture.scrubber.phone_region == "GB"
-    assert gc.get_freeze_count() > 0  # what the build left is out of the collector's generations
     text = "".join(path.read_text() for path in capture.files.files())
     assert "<EMAIL>" in text and "ops@example.org" not in text
+
+
+@pytest.mark.slow  # three builds of the scrubber, seconds each
+def test_a_killed_scrubbing_process_is_counted_and_the_next_batch_starts_another(tmp_path):
+    metrics = GatewayMetrics()
+    capture = Capture(CaptureSpec(enabled=True, share=1.0, directory=str(tmp_path)), metrics)
+    write = capture._write
+    pids = []
+
+    def killed_while_scrubbing(batch, files, worker):
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.process.join()
+        return write(batch, files, worker)
+
+    async def scenario() -> None:
+        await capture.prepare()
+        task = asyncio.create_task(capture.run())
+        try:
+            first = capture.worker
+            pids.append(first.pid)
+            os.kill(first.pid, signal.SIGKILL)  # killed between batches
+            first.process.join()
+            offer_email(capture)
+            await written(metrics, 1)  # the batch started another process first
+            pids.append(capture.worker.pid)
+            capture._write = killed_while_scrubbing
+            offer_email(capture)
+            async with asyncio.timeout(120):  # a hang guard
+                while metrics.capture_dropped.labels("error")._value.get() < 1:
+                    await asyncio.sleep(0.01)
+            assert capture.worker is None  # the dead one is gone; the next batch starts another
+            capture._write = write
+            offer_email(capture)
+            await written(metrics, 2)
+            pids.append(capture.worker.pid)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            capture.close()
+
+    asyncio.run(scenario())
+    assert len(set(pids)) == 3 and os.getpid() not in pids
+    assert metrics.capture_worker_died._value.get() == 2
+    assert metrics.capture_dropped.labels("error")._value.get() == 1  # the batch in the process killed
+    lines = [line for path in capture.files.files() for line in path.read_text().splitlines()]
+    assert len(lines) == 2 and all("<EMAIL>" in line for line in lines)
+
+
+@pytest.mark.slow  # one build of the scrubber, in a process started for the test
+def test_the_gateway_process_imports_no_scrubbing_library(tmp_path):
+    code = ("import asyncio, json, sys\n"
+            "from gateway.capture.stage import Capture\n"
+            "from gateway.metrics import GatewayMetrics\n"
+            "from gateway.policy.capture import CaptureSpec\n"
+            f"capture = Capture(CaptureSpec(enabled=True, directory={str(tmp_path)!r}), GatewayMetrics())\n"
+            "asyncio.run(capture.prepare())\n"
+            "print(json.dumps([capture.worker is not None and capture.worker.alive,\n"
+            "                  sorted(m for m in ('presidio_analyzer', 'spacy', 'torch', 'phonenumbers') "
+            "if m in sys.modules)]))\n"
+            "capture.close()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert json.loads(done.stdout) == [True, []]  # the scrubber is built, in the child only
