@@ -130,6 +130,7 @@ def test_a_killed_scrubbing_process_is_replaced_and_clients_never_see_it(start_g
     assert gw.app.state.parts.capture.worker.pid not in (first.pid, os.getpid())
 
 
+@pytest.mark.slow  # starts the scrubbing process, which imports presidio
 def test_a_zero_share_captures_nothing(start_gateway, spec_fake, std_fake, tmp_path):
     directory = tmp_path / "capture"
     gw = start_gateway(capture_policy(spec_fake.url, std_fake.url, directory, share=0.0))
@@ -139,6 +140,7 @@ def test_a_zero_share_captures_nothing(start_gateway, spec_fake, std_fake, tmp_p
     assert not directory.exists()
 
 
+@pytest.mark.slow  # starts the scrubbing process, which imports presidio
 def test_messages_and_responses_are_captured_as_chat_turns(start_gateway, spec_fake, std_fake, tmp_path):
     directory = tmp_path / "capture"
     gw = start_gateway(capture_policy(spec_fake.url, std_fake.url, directory))
@@ -156,6 +158,7 @@ def test_messages_and_responses_are_captured_as_chat_turns(start_gateway, spec_f
         assert "Summarise my account." in record["messages"][1]["content"] and "<EMAIL>" in text
 
 
+@pytest.mark.slow  # starts the scrubbing process, which imports presidio
 def test_a_relative_capture_directory_is_next_to_the_policy_not_the_working_directory(
         start_gateway, spec_fake, std_fake, tmp_path, monkeypatch):
     elsewhere = tmp_path / "elsewhere"
@@ -169,6 +172,7 @@ def test_a_relative_capture_directory_is_next_to_the_policy_not_the_working_dire
     assert not (elsewhere / "captured").exists()
 
 
+@pytest.mark.slow  # starts the scrubbing process, which imports presidio
 def test_the_gateway_serves_and_says_ready_only_once_the_scrubbing_process_is_built(spec_fake, std_fake, tmp_path):
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(capture_policy(spec_fake.url, std_fake.url, tmp_path / "capture")))

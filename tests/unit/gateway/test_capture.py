@@ -184,6 +184,7 @@ def offer_email(capture: Capture) -> None:
     capture.offer("chat", {"messages": [{"role": "user", "content": "mail ops@example.org"}]}, None)
 
 
+@pytest.mark.slow  # starts the scrubbing process, which imports presidio
 def test_a_reload_that_turns_capture_on_starts_the_scrubbing_process_before_the_first_write(tmp_path):
     metrics = GatewayMetrics()
     capture = Capture(CaptureSpec(directory=str(tmp_path)), metrics)  # off at start-up: nothing to start
