@@ -47,8 +47,8 @@ choose.
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.decide.latency import LatencyModel, Prediction
@@ -86,6 +86,7 @@ class Fastest:
     estimates: tuple[Estimate, ...]  # by predicted mean cost, cheapest first
     traffic: str
     tokens: int
+    past: Mapping[str, int | None] = field(default_factory=dict)  # past their room (admission.py): pool -> room
 
     @property
     def explored(self) -> bool:
@@ -95,6 +96,14 @@ class Fastest:
     def chosen(self) -> Estimate:
         return next(e for e in self.estimates if e.pool == self.pool)
 
+    def within(self, past: Mapping[str, int | None]) -> Fastest:
+        """The same draw with `past` known: where some candidate is within its room, the one of
+        those with the smallest draw, so placement does not send a request past a pool's room
+        while another has some."""
+        inside = [e for e in self.estimates if e.pool not in past]
+        pool = self.pool if not inside or self.pool not in past else min(inside, key=lambda e: e.sample_s).pool
+        return Fastest(pool, self.best, self.estimates, self.traffic, self.tokens, past)
+
     def chain(self, fallback: Sequence[str]) -> tuple[str, ...]:
         """The chosen pool, the other candidates by predicted mean, then the chosen
         pool's fallbacks: each pool once."""
@@ -102,7 +111,8 @@ class Fastest:
 
     def to_json(self) -> dict[str, Any]:
         return {"traffic_class": self.traffic, "expected_tokens": self.tokens, "preferred": self.best,
-                "explored": self.explored, "candidates": [e.to_json() for e in self.estimates]}
+                "explored": self.explored, "candidates": [e.to_json() for e in self.estimates],
+                "past_room": dict(self.past)}
 
 
 def model_class(features: Features, domains: Collection[str], default_domain: str) -> str:

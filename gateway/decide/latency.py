@@ -4,8 +4,9 @@
 
 `load` is the pool's load when the request was dispatched (the gateway's
 in-flight count, or the backends' running + waiting). TTFT is kept by that
-load; TPOT by the batch the request decoded in, itself included (load + 1), so
-a prediction reads both where they were written.
+load; TPOT by the batch the request decoded in: the pool's mean in flight
+while its lease was held, itself included (`load + 1` where that is unknown),
+so a prediction reads TPOT at `load + 1`, a batch that one more request makes.
 
 What the tables keep of decoding is the *step time*: the time per output token
 times the tokens a step yielded (the answer's measured tokens per step, else
@@ -69,11 +70,12 @@ from typing import Any
 
 from gateway.decide.acceptance import Acceptance, tokens_per_step
 from gateway.decide.latency_priors import LatencyPriors
-from gateway.decide.latency_tables import Pair, anchors, bucket_label, bucket_load, class_anchor, load_bucket
+from gateway.decide.latency_tables import Pair, anchors, between, bucket_label, bucket_load, class_anchor, load_bucket
 from gateway.policy.kinds import Schedule
 
 __all__ = ["LatencyModel", "LatencyPriors", "Prediction", "bucket_label", "load_bucket"]
 
+ANSWER_WEIGHT = 1 / 32  # a pool's mean answer length and gateway wait move by this share of each new one
 # How far measured hardware may be from the priors: beyond it the ratio is a broken clock or
 # backend (a TTFT of 1e-311 s made the priors subnormal and every prediction above them inf)
 SCALE_BOUNDS = (1e-6, 1e6)
@@ -116,6 +118,8 @@ class LatencyModel:
         self._scale = [1.0, 1.0]  # measured over prior, TTFT and step time, across the pools that answered
         self._cold: dict[Schedule, Pair] = {}
         self._step_costs: dict[tuple[float, int], float] = {}  # (batch, drafts) -> a drafting step over a plain one
+        self._answers: dict[str, float] = {}  # per pool, the mean output tokens of its answers, forgetting
+        self._waits: dict[str, float] = {}  # per pool, the mean time its requests waited at the gateway
 
     def __len__(self) -> int:
         return len(self._pairs)
@@ -144,12 +148,14 @@ class LatencyModel:
         return cost / tokens_per_step(rate, drafts)
 
     def observe(self, pool: str, cls: str, load: int, ttft_s: float | None, tpot_s: float | None,
-                per_step: float | None = None, drafts: int | None = None) -> None:
+                per_step: float | None = None, drafts: int | None = None, batch: float | None = None) -> None:
         """One answered request; a missing, negative or non-finite measure is left out.
         `per_step`: the tokens its steps yielded (measured), with `drafts` drafted a step
         (else the pool's schedule at its batch); it teaches the class's acceptance and
-        turns the time per token into the pool's step time."""
-        batch = load + 1
+        turns the time per token into the pool's step time. `batch`: the pool's mean in
+        flight while it ran, itself included, where its TPOT is kept (else at `load + 1`;
+        docs/routing.md says why)."""
+        batch = load + 1 if batch is None or not 1.0 <= batch < math.inf else max(1, round(batch))
         drafts = self.schedule(pool).drafts(batch) if drafts is None else drafts
         if per_step is not None and drafts > 0:
             self.acceptance.observe(pool, cls, per_step, drafts)
@@ -173,7 +179,7 @@ class LatencyModel:
             if ttft_s is not None and 0.0 <= ttft_s < math.inf:
                 target.ttft.add(load_bucket(load, self._last), ttft_s, now, self._decay_rate)
             if tpot_s is not None and 0.0 <= tpot_s < math.inf:
-                target.tpot.add(load_bucket(load + 1, self._last), tpot_s, now, self._decay_rate)
+                target.tpot.add(load_bucket(batch, self._last), tpot_s, now, self._decay_rate)
             target.updated = now
 
     def predict(self, pool: str, cls: str, load: int, expected_tokens: float) -> Prediction:
@@ -192,6 +198,56 @@ class LatencyModel:
         pair, schedule, rate, keep = self._read(pool, cls)
         return (self._prediction(pair, schedule, rate, keep, load, expected_tokens),
                 self._slope(pair, schedule, rate, load))
+
+    def answered(self, pool: str, tokens: int) -> None:
+        """An answer of `tokens` output tokens from `pool`, streamed or not: its mean answer."""
+        if tokens > 0:
+            _follow(self._answers, pool, tokens)
+
+    def answer_tokens(self, pool: str, default: float) -> float:
+        """The mean output tokens of `pool`'s recent answers; `default` before it has any."""
+        return self._answers.get(pool, default)
+
+    def admitted(self, pool: str, waited_s: float) -> None:
+        """A request sent to `pool` after waiting `waited_s` at the gateway (0 if it was not held)."""
+        if 0.0 <= waited_s < math.inf:
+            _follow(self._waits, pool, waited_s)
+
+    def gateway_wait(self, pool: str) -> float:
+        """The mean time `pool`'s recent requests waited at the gateway before going in."""
+        return self._waits.get(pool, 0.0)
+
+    def room(self, pool: str, cls: str, ttft_s: float | None, tpot_s: float | None, tokens: float,
+             below: int, waited_s: float = 0.0) -> int | None:
+        """The highest load under `below` at which one more request of the class and of
+        `tokens` output tokens, having waited `waited_s` before going in, meets the
+        objective: its wait and E2E within `ttft_s + tokens x tpot_s` (an absent `ttft_s`
+        counts as none: the first token's wait comes out of the decoding budget), or with
+        no `tpot_s` its wait and TTFT within `ttft_s`; None where no load does.
+        Read between the buckets: each bucket's value stands for its middle, and a load
+        between two middles reads the line between them, so the room moves by one request,
+        not by a bucket (a bucket of 32-63 sequences would hold or admit at 32 and 64
+        alone). The curves are non-decreasing, so a bisection finds it."""
+        pair, schedule, rate, _ = self._read(pool, cls)
+        def fits(load: int) -> bool:
+            ttft = waited_s + between(pair.ttft.fit_mean, load)
+            if tpot_s is None:
+                return ttft_s is None or ttft <= ttft_s
+            allowed = (ttft_s or 0.0) + tokens * tpot_s
+            batch = load + 1
+            tpot = between(pair.tpot.fit_mean, batch) * self._per_plain_step(schedule, rate, batch)
+            return ttft + tokens * tpot <= allowed
+
+        if below <= 0 or not fits(0):
+            return None
+        low, high = 0, below - 1  # fits(low) holds; find the last load that fits
+        while low < high:
+            middle = (low + high + 1) // 2
+            if fits(middle):
+                low = middle
+            else:
+                high = middle - 1
+        return low
 
     def _read(self, pool: str, cls: str) -> tuple[Pair, Schedule, float, float]:
         """The class's current tables, the pool's schedule, the class's acceptance there, and
@@ -333,3 +389,9 @@ class LatencyModel:
             own.fit(*class_anchor(own, pooled, pool_keep, at, self._decay_rate, w0, self.pool_lends), w0, at,
                     self._decay_rate)
         pair.fitted_at, pair.pool_fitted_at = at, curve.fitted_at
+
+
+def _follow(means: dict[str, float], pool: str, value: float) -> None:
+    """Move `pool`'s running mean in `means` toward `value` by `ANSWER_WEIGHT`; the first value starts it."""
+    mean = means.get(pool)
+    means[pool] = value if mean is None else mean + ANSWER_WEIGHT * (value - mean)

@@ -29,6 +29,21 @@ def bucket_load(index: int) -> float:
     return float(index) if index < 2 else 1.5 * (1 << (index - 1)) - 0.5
 
 
+def between(table: list[float], load: int) -> float:
+    """A fitted table's value at `load`, on the line between the middles of the buckets
+    around it; past the last bucket's middle, on the last segment's slope (never below
+    the last value)."""
+    last = len(table) - 1
+    index = min(load_bucket(load, last), last)
+    low = index if bucket_load(index) <= load or index == 0 else index - 1
+    high = min(low + 1, last)
+    if high == low:
+        low -= 1
+    x0, x1 = bucket_load(low), bucket_load(high)
+    value = table[low] + (table[high] - table[low]) * (load - x0) / (x1 - x0)
+    return max(value, table[low]) if load >= x0 else value
+
+
 def isotonic(values: list[float], weights: list[float]) -> None:
     """Pool adjacent violators, in place: the nearest non-decreasing sequence by weight."""
     starts: list[int] = []

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.decide.admission import past_rooms
 from gateway.decide.fastest import Fastest, fastest, model_class
 from gateway.decide.features import extract_features
 from gateway.decide.latency import LatencyModel, LatencyPriors
@@ -135,6 +136,8 @@ def _fastest(rule: CompiledRule, features: Features, policy: Policy, flags: Flag
     tokens = min(features.max_tokens, spec.routing.typical_output_tokens)
     traffic = model_class(features, spec.domains, spec.default_domain)
     found = fastest(usable, features, traffic, tokens, model, rng)
+    if policy.objectives:
+        found = found.within(past_rooms(found, policy.pools, model))
     chosen = found.chosen.predicted
     why = (f"fastest of {len(usable)}: predicted E2E {chosen.e2e_s:.3f} s"
            + (f"; explored (by the mean: '{found.best}')" if found.explored else "")

@@ -132,6 +132,7 @@ class GatewayParts:
         tokens would pass the first token's wait off as decoding."""
         if measurement.traffic_class is None:
             return
+        self.latency.answered(measurement.pool, measurement.tokens)
         drafting = measurement.drafting
         per_step, drafts = (None, None) if drafting is None else (drafting.per_step, drafting.drafts)
         if not measurement.streamed:
@@ -140,7 +141,7 @@ class GatewayParts:
                                      per_step, drafts)
             return
         self.latency.observe(measurement.pool, measurement.traffic_class, measurement.load,
-                             measurement.ttft_s, measurement.tpot_s, per_step, drafts)
+                             measurement.ttft_s, measurement.tpot_s, per_step, drafts, measurement.batch)
         if per_step is not None and measurement.pool in self.runtime.policy.speculative_pools:
             rate = self.latency.acceptance.rate(measurement.pool, measurement.traffic_class)
             self.metrics.acceptance.labels(measurement.pool, measurement.traffic_class).set(rate)

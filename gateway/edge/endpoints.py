@@ -165,19 +165,18 @@ class ProxyEndpoints:
         """Whether the decision would be held now, and how many are held (for explain)."""
         gate = self.runtime.gate
         found = routed.decision.fastest
-        held = None if found is None or self.latency is None else hold(found, self.runtime.policy.pools,
-                                                                       self.latency, gate.ahead(0))
+        held = None if found is None else hold(found, self.runtime.policy.pools, gate.ahead(0))
         return {"held_now": gate.held, "hold": None if held is None else held.to_json()}
 
     async def _admitted(self, routed: Routed, body: Mapping[str, Any], endpoint: str, headers: Mapping[str, str],
                         priority: int) -> tuple[Routed, tuple[float, str] | None]:
-        """`routed`, or, while every candidate is past its objective and waiting pays, the
+        """`routed`, or, while every candidate is past its room, the
         decision taken again each time a lease comes back (gateway/decide/admission.py);
         with how long it was held and how that ended, if it was."""
         gate, first, deadline = self.runtime.gate, None, 0.0
         rank = (0, 0.0, 0)
         while routed.decision.fastest is not None and self.latency is not None:
-            held = hold(routed.decision.fastest, self.runtime.policy.pools, self.latency, gate.ahead(priority))
+            held = hold(routed.decision.fastest, self.runtime.policy.pools, gate.ahead(priority))
             now = time.perf_counter()
             if held is None or (first is not None and deadline <= now):
                 break
@@ -191,8 +190,10 @@ class ProxyEndpoints:
             routed = self.route(body, endpoint, headers)
             if not woke:
                 break
+        waited = 0.0 if first is None else time.perf_counter() - first
+        if routed.decision.fastest is not None and self.latency is not None and self.runtime.policy.objectives:
+            self.latency.admitted(routed.decision.pool, waited)  # every request: its rooms count the wait
         if first is not None:
-            waited = time.perf_counter() - first
             outcome = "budget" if time.perf_counter() >= deadline else "released"
             self.metrics.admission_wait.observe(waited)
             self.metrics.admission_holds.labels(outcome).inc()

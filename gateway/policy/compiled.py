@@ -64,6 +64,11 @@ class Policy:
         return tuple(name for name, pool in self.pools.items() if KINDS[pool.kind].reports_acceptance)
 
     @cached_property
+    def objectives(self) -> bool:
+        """Whether any pool states an objective (`slo`): only then does admission read rooms."""
+        return any(pool.slo is not None for pool in self.pools.values())
+
+    @cached_property
     def standard_pools(self) -> tuple[str, ...]:
         """The pools that never draft, in the policy's order."""
         return tuple(name for name, schedule in self.schedules.items() if not schedule.ever_drafts)

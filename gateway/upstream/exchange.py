@@ -245,7 +245,8 @@ class Exchange:
             lease = opened.lease
             fields.update(endpoint=lease.endpoint.url, endpoint_why=lease.why, matched_blocks=lease.matched,
                           ttfb=round(opened.ttfb_s, 6))
-            measurement = self._measurement(pool, duration) if outcome.ok and opened.response.is_success else None
+            measurement = (self._measurement(pool, duration, lease.mean_load)
+                           if outcome.ok and opened.response.is_success else None)
             if measurement is not None:
                 fields["tokens"] = measurement.tokens
                 self.recorder.measured(measurement)
@@ -282,15 +283,17 @@ class Exchange:
             self.recorder.homes.remember(found, pool.name, endpoint)
             fields["response_id"] = found
 
-    def _measurement(self, pool: Pool, duration: float) -> Measurement | None:
-        """What the answer tells of `pool`; None when it was not measured."""
+    def _measurement(self, pool: Pool, duration: float, batch: float | None) -> Measurement | None:
+        """What the answer tells of `pool`; None when it was not measured. `batch`: the pool's
+        mean in flight while the answer's lease was held."""
         load = self.load.get(pool.name, 0)
         if self.meter is not None and self.meter.events:
             usage = None if self.tap is None else self.tap.tokens()
             tokens = self.meter.tokens() if usage is None else usage  # a pool that sent no usage: its events
             return Measurement.of_stream(pool.name, self.traffic, load, self.meter, self.started, tokens,
-                                         steps_are_events=self.request.usage.endpoint in ("chat", "completions"))
+                                         steps_are_events=self.request.usage.endpoint in ("chat", "completions"),
+                                         batch=batch)
         if self.body_tokens is None:
             return None
         return Measurement(pool.name, self.traffic, load, duration, self.body_tokens, streamed=False,
-                           drafting=self.body_drafting)
+                           drafting=self.body_drafting, batch=batch)

@@ -84,10 +84,12 @@ class Measurement:
     ttft_s: float | None = None
     tpot_s: float | None = None
     drafting: Drafting | None = None  # tokens per step, as the backend reported or its events showed
+    batch: float | None = None  # the pool's mean in flight while it ran, itself included: what it decoded in
 
     @classmethod
     def of_stream(cls, pool: str, traffic_class: str | None, load: int, meter: TokenMeter,
-                  started: float, tokens: int, steps_are_events: bool = True) -> Measurement:
+                  started: float, tokens: int, steps_are_events: bool = True,
+                  batch: float | None = None) -> Measurement:
         """`steps_are_events`: the API sends one data event per engine step (OpenAI's chunks do;
         Anthropic's and Responses' framing adds events of their own, so there only a reported
         acceptance counts)."""
@@ -95,4 +97,5 @@ class Measurement:
         drafting = Drafting.reported(meter.tail)
         if drafting is None and steps_are_events:
             drafting = Drafting.of_events(tokens, meter.events, completion_tokens(meter.tail) is not None)
-        return cls(pool, traffic_class, load, e2e, tokens, True, ttft, per_token(e2e - ttft, tokens), drafting)
+        return cls(pool, traffic_class, load, e2e, tokens, True, ttft, per_token(e2e - ttft, tokens), drafting,
+                   batch)

@@ -104,6 +104,9 @@ class Lease:
     released: bool = field(default=False)
     why: str = "least_bad"  # the balancer's reason for the endpoint (see Choice), or the degraded pick
     matched: int = 0  # leading prompt blocks the endpoint was last sent
+    load_area: float = 0.0  # the pool's requests x seconds when it was taken (Pool.load_area)
+    taken_at: float = 0.0
+    mean_load: float | None = None  # on release: the pool's mean in flight while it was held, itself included
 
     def release(self, ok: bool | None, why: str = "failed") -> None:
         """`why`: the endpoint's fault when `ok` is False (connect, status_502, idle, ...), for the log."""
@@ -133,6 +136,7 @@ class Pool:
         self.endpoints = [Endpoint(e.url, e.weight, e.max_in_flight or spec.max_in_flight)
                           for e in spec.endpoints]
         self.in_flight = 0  # requests this gateway has open on the pool
+        self._area, self._area_at = 0.0, clock()  # in flight integrated over time, up to _area_at
         self.elsewhere = elsewhere  # url -> other replicas' in flight
         self.on_health_change = on_health_change  # an endpoint of this pool went up or down
         self.log = structlog.get_logger("specgate.pools")
@@ -176,11 +180,19 @@ class Pool:
         if trial:
             endpoint.trial_in_flight = True
         endpoint.outstanding += 1
-        self.in_flight += 1
+        self._count(now, 1)
         if choice is None:
-            return Lease(self, endpoint, trial)
+            return Lease(self, endpoint, trial, load_area=self._area, taken_at=now)
         self.balancer.record(choice)
-        return Lease(self, endpoint, trial, why=choice.reason, matched=choice.matched)
+        return Lease(self, endpoint, trial, why=choice.reason, matched=choice.matched, load_area=self._area,
+                     taken_at=now)
+
+    def _count(self, now: float, delta: int) -> None:
+        """`in_flight` moves by `delta` at `now`; what it was until then goes into the area under
+        it, so a lease's mean load is two subtractions (`release`)."""
+        self._area += self.in_flight * max(0.0, now - self._area_at)
+        self._area_at = max(now, self._area_at)
+        self.in_flight += delta
 
     def explain(self, key: PromptKey | None) -> dict[str, object]:
         """The endpoint `acquire` would pick now for `key` and why, leasing nothing."""
@@ -208,7 +220,10 @@ class Pool:
     def release(self, lease: Lease, ok: bool | None, why: str = "failed") -> None:
         endpoint = lease.endpoint
         endpoint.outstanding -= 1
-        self.in_flight -= 1
+        now = self.clock()
+        self._count(now, -1)
+        if now > lease.taken_at:
+            lease.mean_load = (self._area - lease.load_area) / (now - lease.taken_at)
         if lease.trial:
             endpoint.trial_in_flight = False
         if ok is True:

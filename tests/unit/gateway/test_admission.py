@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from gateway.decide.admission import hold
+from gateway.decide.admission import hold, past_rooms
 from gateway.decide.fastest import fastest
 from gateway.decide.latency import LatencyModel
 from gateway.policy.features import Features
@@ -38,10 +38,12 @@ def features(load: dict[str, int]) -> Features:
                     domain="chat", load=load)
 
 
-def decide(load: dict[str, int], pools: tuple[str, ...] = ("spec", "std"), tokens: int = 256) -> tuple:
-    model = LatencyModel(POLICY.schedules)
+def decide(load: dict[str, int], pools: tuple[str, ...] = ("spec", "std"), tokens: int = 256,
+           specs: dict | None = None, model: LatencyModel | None = None) -> tuple:
+    """The draw of `route: fastest` with the candidates' rooms, as routing takes it."""
+    model = model if model is not None else LatencyModel(POLICY.schedules)  # an empty model is falsy
     found = fastest(pools, features(load), "chat/greedy", tokens, model, None)
-    return found, model
+    return found.within(past_rooms(found, specs or POLICY.pools, model)), model
 
 
 def with_slo(slo: SloSpec) -> dict:
@@ -49,63 +51,103 @@ def with_slo(slo: SloSpec) -> dict:
             for name, spec in POLICY.pools.items()}
 
 
+def room(model: LatencyModel, pool: str, **kwargs) -> int:
+    found = model.room(pool, "chat/greedy", None, kwargs.pop("tpot_s", 0.02), kwargs.pop("tokens", 256), 1000,
+                       **kwargs)
+    assert found is not None
+    return found
+
+
 def test_light_load_is_never_held() -> None:
-    for load in ({"spec": 0, "std": 0}, {"spec": 40, "std": 0}, {"spec": 4, "std": 4}, {"spec": 40, "std": 16}):
-        found, model = decide(load)
-        assert hold(found, POLICY.pools, model, ahead=0) is None, load
+    for load in ({"spec": 0, "std": 0}, {"spec": 40, "std": 0}, {"spec": 4, "std": 4}, {"spec": 36, "std": 16}):
+        found, _ = decide(load)
+        assert hold(found, POLICY.pools, ahead=0) is None, load
 
 
-def test_a_request_that_still_meets_its_objective_after_the_wait_is_held_while_it_would() -> None:
-    # both past 20 ms a token at one more; a few requests fewer they are back under it, and 256
-    # tokens at 20 ms leave room to wait
-    found, model = decide({"spec": 33, "std": 33})
-    held = hold(found, POLICY.pools, model, ahead=0)
+def test_past_every_room_a_request_is_held_for_at_most_its_own_objective() -> None:
+    found, _ = decide({"spec": 45, "std": 45})
+    held = hold(found, POLICY.pools, ahead=0)
     assert held is not None and set(held.pools) == {"spec", "std"}
-    assert held.objective_s == 256 * 0.02
-    assert 0 < held.expected_wait_s < held.budget_s < held.objective_s
-    assert "still meets its own" in held.why
-    # with many held ahead of it, the wait would eat the gain: it goes in at once
-    assert hold(found, POLICY.pools, model, ahead=10_000) is None
+    assert held.objective_s == held.budget_s == 256 * 0.02
+    assert 0 < held.expected_wait_s < held.budget_s
+    assert "past its room" in held.why
+    # those held ahead of it are in its expected wait
+    behind = hold(found, POLICY.pools, ahead=100)
+    assert behind is not None and behind.expected_wait_s > held.expected_wait_s
 
 
-def test_a_short_answer_that_meets_its_objective_only_by_going_now_is_sent() -> None:
-    pools = with_slo(SloSpec(ttft_s=0.5, tpot_s=0.02))
-    found, model = decide({"spec": 60, "std": 60}, tokens=8)
-    assert found.estimates[0].predicted.e2e_s <= 0.5 + 8 * 0.02  # it makes it if it goes now
-    held = hold(found, pools, model, ahead=0)
-    assert held is not None and held.expected_wait_s < held.budget_s  # with nobody ahead, it makes it later too
-    assert hold(found, pools, model, ahead=10_000) is None  # behind a long queue it would not: it goes now
+def test_the_room_moves_by_one_request_not_by_a_bucket() -> None:
+    # the curves are read between the middles of their buckets: objectives a millisecond apart
+    # give rooms apart inside the one bucket of 32-63 sequences, where bucket values alone would
+    # give its bottom or nothing
+    _, model = decide({"spec": 0, "std": 0})
+    rooms = [room(model, "std", tpot_s=tpot) for tpot in (0.022, 0.023, 0.024)]
+    assert 31 <= rooms[0] < rooms[1] < rooms[2] < 63
+    slower = with_slo(SloSpec(tpot_s=0.022))
+    assert decide({"spec": 500, "std": rooms[0]}, specs=slower)[0].past.keys() == {"spec"}
+    found, _ = decide({"spec": 500, "std": rooms[0] + 1}, specs=slower)
+    assert found.past == {"spec": room(model, "spec", tpot_s=0.022), "std": rooms[0]}
+    assert hold(found, slower, ahead=0) is not None
 
 
-def test_a_request_that_misses_its_objective_either_way_is_held_while_the_fleet_gains() -> None:
-    found, model = decide({"spec": 200, "std": 200}, tokens=128)
-    assert found.estimates[0].predicted.e2e_s > 128 * 0.02  # too late if it goes now, and after waiting
-    held = hold(found, POLICY.pools, model, ahead=0)
-    assert held is not None and "costs the fleet less" in held.why
-    # the budget is what going in now costs the fleet over going in at the load with room
-    assert held.expected_wait_s < held.budget_s < max(e.cost_s for e in found.estimates)
-    assert hold(found, POLICY.pools, model, ahead=10_000) is None
+def test_the_room_leaves_time_for_the_first_token_and_the_wait_at_the_gateway() -> None:
+    _, model = decide({"spec": 0, "std": 0})
+    # so long an answer that its first token's wait is nothing: the room by TPOT alone
+    tpot_only = room(model, "std", tokens=10**9)
+    assert room(model, "std", tokens=20) < tpot_only  # the TTFT comes out of the budget
+    assert room(model, "std", waited_s=1.0) < room(model, "std")
+    model.admitted("std", 1.0)  # the pool's requests waited at the gateway: its room shrinks
+    assert model.gateway_wait("std") == 1.0
+    found, _ = decide({"spec": 500, "std": room(model, "std", waited_s=1.0) + 1}, model=model)
+    assert "std" in found.past
+    for _ in range(200):  # nobody waits any more: the room comes back
+        model.admitted("std", 0.0)
+    assert room(model, "std", waited_s=model.gateway_wait("std")) == room(model, "std")
 
 
-def test_far_past_the_knee_a_burst_is_held() -> None:
-    # sent in, it slows a full batch past its objective; held, it goes in where one more meets it
-    for load in (60, 200, 600):
-        found, model = decide({"spec": load, "std": load})
-        held = hold(found, POLICY.pools, model, ahead=0)
-        assert held is not None, load
-        assert held.expected_wait_s < held.budget_s < max(e.cost_s for e in found.estimates)
+def test_the_room_is_for_the_pools_mean_answer() -> None:
+    _, model = decide({"spec": 0, "std": 0})
+    assert model.answer_tokens("std", 256) == 256  # before any answer: the request's expected tokens
+    for _ in range(200):
+        model.answered("std", 40)
+    assert round(model.answer_tokens("std", 256)) == 40
+    # a short answer's budget has less room for its first token
+    assert room(model, "std", tokens=40) < room(model, "std")
+    assert decide({"spec": 500, "std": room(model, "std", tokens=40) + 1}, model=model)[0].past.keys() == {
+        "spec", "std"}
+
+
+def test_placement_keeps_to_a_candidate_within_its_room() -> None:
+    # the draw prefers the speculative pool; past its room, the request goes where there is room
+    found, _ = decide({"spec": 0, "std": 0})
+    assert found.pool == "spec"
+    found, model = decide({"spec": 60, "std": 5})
+    assert set(found.past) == {"spec"} and found.pool == "std"
+    assert hold(found, POLICY.pools, ahead=0) is None
+    assert found.best == min(found.estimates, key=lambda e: e.cost_s).pool  # what the model prefers, kept
 
 
 def test_a_pool_without_an_objective_always_has_room() -> None:
-    found, model = decide({"spec": 40, "free": 500}, ("spec", "free"))
-    assert hold(found, POLICY.pools, model, ahead=0) is None
+    found, _ = decide({"spec": 40, "free": 500}, ("spec", "free"))
+    assert "free" not in found.past
+    assert hold(found, POLICY.pools, ahead=0) is None
 
 
 def test_an_objective_no_load_meets_is_never_waited_for() -> None:
     strict = {name: spec.model_copy(update={"slo": SloSpec(tpot_s=0.001)}) for name, spec in POLICY.pools.items()}
     for load in (1, 33, 600):
-        found, model = decide({"spec": load, "std": load})
-        assert hold(found, strict, model, ahead=0) is None, load
+        found, _ = decide({"spec": load, "std": load}, specs=strict)
+        assert found.past == {"spec": None, "std": None}, load
+        assert hold(found, strict, ahead=0) is None, load
+
+
+def test_a_first_token_objective_alone_bounds_the_ttft() -> None:
+    ttft_only = with_slo(SloSpec(ttft_s=0.2))
+    _, model = decide({"spec": 0, "std": 0})
+    highest = model.room("std", "chat/greedy", 0.2, None, 256, 1000)
+    assert highest is not None and model.room("std", "chat/greedy", 0.3, None, 256, 1000) > highest
+    found, _ = decide({"spec": 2000, "std": highest + 1}, specs=ttft_only)
+    assert hold(found, ttft_only, ahead=0) is not None
 
 
 def test_the_gate_releases_by_priority_then_deadline_then_arrival_and_spends_budgets() -> None:

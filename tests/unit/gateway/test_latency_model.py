@@ -313,3 +313,22 @@ def test_an_unmeasured_pool_is_predicted_as_much_slower_than_its_prior_as_the_me
     assert unmeasured.tpot_s == pytest.approx(12 * cold.predict("standard", CLS, 1, 100).tpot_s, rel=0.05)
     assert unmeasured.ttft_s == pytest.approx(12 * cold.predict("standard", CLS, 1, 100).ttft_s, rel=0.05)
     assert model.snapshot()["prior_scale"]["tpot"] == pytest.approx(12, rel=0.05)
+
+
+def test_tpot_is_kept_at_the_batch_the_answer_decoded_in() -> None:
+    # sent to an idle pool at the start of a burst, it decoded beside 40 others: its TPOT says what
+    # a batch of 41 costs, not what an idle pool does
+    clock = Clock()
+    model = LatencyModel(clock=clock, refit_s=0.0)
+    for _ in range(50):
+        model.observe("p", "chat/greedy", 0, 0.05, 0.010)
+        model.observe("p", "chat/greedy", 0, 0.05, 0.045, batch=41.2)
+        clock.now += 0.1
+    assert model.predict("p", "chat/greedy", 0, 1).tpot_s == pytest.approx(0.010, rel=0.05)
+    assert model.predict("p", "chat/greedy", 40, 1).tpot_s == pytest.approx(0.045, rel=0.05)
+    # TTFT stays at the load it was sent at
+    assert model.predict("p", "chat/greedy", 0, 1).ttft_s == pytest.approx(0.05, rel=0.05)
+    # a mean that is no batch (below one, not finite) falls back to the load it was sent at
+    for bad in (0.0, math.nan, math.inf):
+        model.observe("q", "chat/greedy", 3, None, 0.02, batch=bad)
+    assert model.snapshot()["pools"][-1]["tpot"]["samples"][load_bucket(4, 11)] > 0

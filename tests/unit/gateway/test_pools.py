@@ -123,6 +123,27 @@ def test_lease_release_is_idempotent_and_load_returns_to_zero():
 
 
 
+def test_a_lease_knows_the_pools_mean_load_while_it_was_held():
+    # one request alone for 1 s, then three more for 2 s, then it alone again for 1 s:
+    # (1 x 1 + 4 x 2 + 1 x 1) / 4 = 2.5 in flight, itself included
+    clock = Clock()
+    pool = make_pool(1, clock=clock)
+    lease = pool.acquire()
+    clock.now += 1
+    others = [pool.acquire() for _ in range(3)]
+    clock.now += 2
+    for other in others:
+        other.release(ok=True)
+    clock.now += 1
+    assert lease.mean_load is None  # not until it is given back
+    lease.release(ok=True)
+    assert lease.mean_load == pytest.approx(2.5)
+    assert [o.mean_load for o in others] == [pytest.approx(4.0)] * 3
+    quick = pool.acquire()  # given back at the instant it was taken: no time, no mean
+    quick.release(ok=True)
+    assert quick.mean_load is None and pool.in_flight == 0
+
+
 def test_endpoint_limits_bound_the_pool_and_its_free_slots():
     pool = Pool("p", PoolSpec(kind="standard", max_in_flight=2, endpoints=[
         {"url": "http://127.0.0.1:9000", "max_in_flight": 1}, {"url": "http://127.0.0.1:9001"}]),
