@@ -94,8 +94,8 @@ def hold(found: Fastest, pools: Mapping[str, PoolSpec], ahead: int) -> Hold | No
         return None
     waits = []
     for estimate in found.estimates:
-        room = found.past[estimate.pool]
-        slo = pools[estimate.pool].slo
+        room, spec = found.past[estimate.pool], pools.get(estimate.pool)
+        slo = None if spec is None else spec.slo  # a policy reloaded since the draw may lack the pool
         if room is None or slo is None:
             continue  # no load meets the objective there: waiting cannot bring it back
         # one lease back per E2E / load, until the load is down to the room with those ahead gone in
