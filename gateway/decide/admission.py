@@ -76,7 +76,7 @@ def past_rooms(found: Fastest, pools: Mapping[str, PoolSpec], model: LatencyMode
     for estimate in found.estimates:
         spec = pools.get(estimate.pool)
         slo = None if spec is None else spec.slo
-        if slo is None or estimate.load == 0:
+        if slo is None or not slo.stated or estimate.load == 0:
             continue  # an idle candidate, or one with no objective, has room
         answer = model.answer_tokens(estimate.pool, found.tokens)
         room = model.room(estimate.pool, found.traffic, slo.ttft_s, slo.tpot_s, answer, estimate.load + 1,

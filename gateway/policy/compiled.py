@@ -66,7 +66,7 @@ class Policy:
     @cached_property
     def objectives(self) -> bool:
         """Whether any pool states an objective (`slo`): only then does admission read rooms."""
-        return any(pool.slo is not None for pool in self.pools.values())
+        return any(pool.slo.stated for pool in self.pools.values())
 
     @cached_property
     def standard_pools(self) -> tuple[str, ...]:

@@ -67,3 +67,8 @@ class SloSpec(Strict):
 
     ttft_s: float | None = Field(default=None, gt=0)
     tpot_s: float | None = Field(default=None, gt=0)
+
+    @property
+    def stated(self) -> bool:
+        """Whether it states an objective: an empty `slo`, every pool's default, holds nothing."""
+        return self.ttft_s is not None or self.tpot_s is not None

@@ -11,11 +11,12 @@ from gateway.decide.admission import hold, past_rooms
 from gateway.decide.fastest import fastest
 from gateway.decide.latency import LatencyModel
 from gateway.policy.features import Features
-from gateway.policy.loader import parse_policy
+from gateway.policy.loader import load_policy, parse_policy
 from gateway.policy.priors import SloSpec
+from gateway.settings import default_policy_path
 from gateway.upstream.admission import AdmissionGate
 
-POLICY = parse_policy("""version: 1
+POLICY_YAML = """version: 1
 pools:
   spec:
     kind: speculative
@@ -29,7 +30,8 @@ pools:
     kind: standard
     endpoints: [{url: "http://127.0.0.1:11"}]
 rules: [{name: all, route: fastest, candidates: [spec, std]}]
-""")
+"""
+POLICY = parse_policy(POLICY_YAML)
 
 
 def features(load: dict[str, int]) -> Features:
@@ -131,6 +133,15 @@ def test_a_pool_without_an_objective_always_has_room() -> None:
     found, _ = decide({"spec": 40, "free": 500}, ("spec", "free"))
     assert "free" not in found.past
     assert hold(found, POLICY.pools, ahead=0) is None
+
+
+def test_no_room_is_read_where_no_pool_states_an_objective() -> None:
+    # every pool's `slo` defaults to an empty one: the shipped policy reads no room per request
+    assert POLICY.objectives and not load_policy(default_policy_path()).objectives
+    empty = parse_policy(POLICY_YAML.replace("slo: {tpot_s: 0.02}", "slo: {}"))
+    assert not empty.objectives and not empty.pools["spec"].slo.stated
+    found, _ = decide({"spec": 10**6, "std": 10**6}, specs=empty.pools)
+    assert found.past == {} and hold(found, empty.pools, ahead=0) is None
 
 
 def test_an_objective_no_load_meets_is_never_waited_for() -> None:
