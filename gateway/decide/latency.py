@@ -177,9 +177,9 @@ class LatencyModel:
         now = self._clock()
         for target in (pair, curve):
             if ttft_s is not None and 0.0 <= ttft_s < math.inf:
-                target.ttft.add(load_bucket(load, self._last), ttft_s, now, self._decay_rate)
+                target.ttft.add(load_bucket(load, self._last), ttft_s, now, self._decay_rate, load)
             if tpot_s is not None and 0.0 <= tpot_s < math.inf:
-                target.tpot.add(load_bucket(batch, self._last), tpot_s, now, self._decay_rate)
+                target.tpot.add(load_bucket(batch, self._last), tpot_s, now, self._decay_rate, batch)
             target.updated = now
 
     def predict(self, pool: str, cls: str, load: int, expected_tokens: float) -> Prediction:
@@ -219,23 +219,26 @@ class LatencyModel:
 
     def room(self, pool: str, cls: str, ttft_s: float | None, tpot_s: float | None, tokens: float,
              below: int, waited_s: float = 0.0) -> int | None:
-        """The highest load under `below` at which one more request of the class and of
-        `tokens` output tokens, having waited `waited_s` before going in, meets the
-        objective: its wait and E2E within `ttft_s + tokens x tpot_s` (an absent `ttft_s`
-        counts as none: the first token's wait comes out of the decoding budget), or with
-        no `tpot_s` its wait and TTFT within `ttft_s`; None where no load does.
-        Read between the buckets: each bucket's value stands for its middle, and a load
-        between two middles reads the line between them, so the room moves by one request,
-        not by a bucket (a bucket of 32-63 sequences would hold or admit at 32 and 64
-        alone). The curves are non-decreasing, so a bisection finds it."""
-        pair, schedule, rate, _ = self._read(pool, cls)
+        """The highest load under `below` at which one more request of `tokens` output
+        tokens, having waited `waited_s` before going in, meets the objective: its wait and
+        E2E within `ttft_s + tokens x tpot_s` (an absent `ttft_s` counts as none: the first
+        token's wait comes out of the decoding budget), or with no `tpot_s` its wait and
+        TTFT within `ttft_s`; None where no load does. Read on the pool's curve, not the
+        class's tables: one more sequence slows every class on the replica, and one class's
+        few answers at high load would fill the pool past where the others meet theirs;
+        the class counts through what its drafts yield. Read between the buckets, each
+        standing for the mean load of its answers (its middle before any): the room moves
+        by one request, not by a bucket of 32, and a bucket whose answers ran at its low
+        end is not read as its middle. The curves are non-decreasing: a bisection finds it."""
+        pair, schedule = self._current_pool(pool), self.schedule(pool)
+        rate = self.acceptance.rate(pool, cls) if schedule.ever_drafts else 0.0
         def fits(load: int) -> bool:
-            ttft = waited_s + between(pair.ttft.fit_mean, load)
+            ttft = waited_s + between(pair.ttft.fit_mean, load, pair.ttft.centre)
             if tpot_s is None:
                 return ttft_s is None or ttft <= ttft_s
             allowed = (ttft_s or 0.0) + tokens * tpot_s
             batch = load + 1
-            tpot = between(pair.tpot.fit_mean, batch) * self._per_plain_step(schedule, rate, batch)
+            tpot = between(pair.tpot.fit_mean, batch, pair.tpot.centre) * self._per_plain_step(schedule, rate, batch)
             return ttft + tokens * tpot <= allowed
 
         if below <= 0 or not fits(0):

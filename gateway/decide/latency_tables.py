@@ -9,6 +9,8 @@ class) and makes the table non-decreasing in load. latency.py says why.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -29,18 +31,13 @@ def bucket_load(index: int) -> float:
     return float(index) if index < 2 else 1.5 * (1 << (index - 1)) - 0.5
 
 
-def between(table: list[float], load: int) -> float:
-    """A fitted table's value at `load`, on the line between the middles of the buckets
-    around it; past the last bucket's middle, on the last segment's slope (never below
-    the last value)."""
-    last = len(table) - 1
-    index = min(load_bucket(load, last), last)
-    low = index if bucket_load(index) <= load or index == 0 else index - 1
-    high = min(low + 1, last)
-    if high == low:
-        low -= 1
-    x0, x1 = bucket_load(low), bucket_load(high)
-    value = table[low] + (table[high] - table[low]) * (load - x0) / (x1 - x0)
+def between(table: list[float], load: float, centres: Sequence[float]) -> float:
+    """A fitted table's value at `load`, on the line between the loads its buckets stand
+    for (`centres`, increasing) around it; past the last one, on the last segment's slope
+    (never below the last value)."""
+    low = min(max(bisect_right(centres, load) - 1, 0), len(table) - 2)
+    x0, x1 = centres[low], centres[low + 1]
+    value = table[low] + (table[low + 1] - table[low]) * (load - x0) / (x1 - x0)
     return max(value, table[low]) if load >= x0 else value
 
 
@@ -96,27 +93,31 @@ def anchors(means: list[float], weights: list[float], prior: list[float], lends:
 class Series:
     """One metric's buckets for one pair: forgotten weight, mean, sum of squared
     deviations and last update per bucket, and the fitted table built from them."""
-    __slots__ = ("weight", "mean", "squares", "at", "fit_mean", "fit_var", "fit_weight", "fit_lent", "fit_w0")
+    __slots__ = ("weight", "mean", "squares", "at", "centre", "fit_mean", "fit_var", "fit_weight", "fit_lent", "fit_w0")
 
     def __init__(self, buckets: int) -> None:
         self.weight = [0.0] * buckets
         self.mean = [0.0] * buckets
         self.squares = [0.0] * buckets
         self.at = [0.0] * buckets
+        self.centre = [bucket_load(b) for b in range(buckets)]  # the mean load of its answers, forgetting
         self.fit_mean: list[float] = []
         self.fit_var: list[float] = []
         self.fit_weight: list[float] = []  # the bucket's own forgotten weight at the fit
         self.fit_lent: list[float] = []  # the remembered weight its anchor borrowed from the pool's curve
         self.fit_w0 = 0.0  # the weight the anchor counts for on top, forgotten or not
 
-    def add(self, b: int, value: float, now: float, decay_rate: float) -> None:
-        """West's weighted update after forgetting since the bucket's last sample."""
+    def add(self, b: int, value: float, now: float, decay_rate: float, load: float | None = None) -> None:
+        """West's weighted update after forgetting since the bucket's last sample; `load`,
+        where the answer ran (within the bucket), moves the load the bucket stands for."""
         keep = math.exp(decay_rate * (now - self.at[b])) if self.weight[b] > 0 else 0.0
         weight = self.weight[b] * keep + 1.0
         delta = value - self.mean[b]
         mean = self.mean[b] + delta / weight
         self.squares[b] = self.squares[b] * keep + delta * (value - mean)
         self.weight[b], self.mean[b], self.at[b] = weight, mean, now
+        if load is not None:
+            self.centre[b] += (load - self.centre[b]) / weight
 
     def forgotten(self, now: float, decay_rate: float) -> tuple[list[float], list[float]]:
         """Per bucket, the share of its weight still remembered at `now`, and the weight itself."""

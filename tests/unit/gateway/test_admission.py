@@ -79,9 +79,9 @@ def test_past_every_room_a_request_is_held_for_at_most_its_own_objective() -> No
 
 
 def test_the_room_moves_by_one_request_not_by_a_bucket() -> None:
-    # the curves are read between the middles of their buckets: objectives a millisecond apart
-    # give rooms apart inside the one bucket of 32-63 sequences, where bucket values alone would
-    # give its bottom or nothing
+    # a cold model's buckets stand for their middles, and the curves are read between them:
+    # objectives a millisecond apart give rooms apart inside the one bucket of 32-63 sequences,
+    # where bucket values alone would give its bottom or nothing
     _, model = decide({"spec": 0, "std": 0})
     rooms = [room(model, "std", tpot_s=tpot) for tpot in (0.022, 0.023, 0.024)]
     assert 31 <= rooms[0] < rooms[1] < rooms[2] < 63
@@ -117,6 +117,41 @@ def test_the_room_is_for_the_pools_mean_answer() -> None:
     assert room(model, "std", tokens=40) < room(model, "std")
     assert decide({"spec": 500, "std": room(model, "std", tokens=40) + 1}, model=model)[0].past.keys() == {
         "spec", "std"}
+
+
+def step_s(batch: int) -> float:
+    """A replica whose step time grows by 0.3 ms a sequence: 22 ms at 40 sequences."""
+    return 0.010 + 0.0003 * batch
+
+
+def observed(answers: dict[str, tuple[int, ...]]) -> LatencyModel:
+    """A model that heard many answers per class of the standard pool, each at its batch,
+    with the step time `step_s` gives there."""
+    model = LatencyModel(POLICY.schedules)
+    for cls, batches in answers.items():
+        for batch in batches * 100:
+            model.observe("std", cls, batch - 1, 0.05, step_s(batch), batch=batch)
+    return model
+
+
+def test_a_bucket_stands_for_the_load_its_answers_ran_at() -> None:
+    # every answer of the buckets of 16-31, 32-63 and 64-127 sequences ran at their low end: read
+    # at their middles (23.5, 47.5, 95.5), the curve would put 22 ms past 50 sequences
+    model = observed({"chat/greedy": (16, 17, 18, 32, 33, 34, 64, 65, 66)})
+    by_tpot = model.room("std", "chat/greedy", None, step_s(40), 10**9, 1000)
+    assert by_tpot is not None and 38 <= by_tpot <= 40  # 40 in the batch with it: 39 before it
+
+
+def test_the_room_is_the_pools_not_one_classs() -> None:
+    # one class answered only fast, at high load; another a third slower: one more sequence slows
+    # both alike, so both read the pool's one room (read from each class's tables, the fast
+    # class would fill the replica past where the other meets its objective)
+    model = observed({"code/greedy": (16, 33, 34, 64)})
+    for batch in (8, 9, 33) * 100:
+        model.observe("std", "chat/greedy", batch - 1, 0.05, 1.3 * step_s(batch), batch=batch)
+    assert model.predict("std", "chat/greedy", 33, 1).tpot_s > model.predict("std", "code/greedy", 33, 1).tpot_s
+    rooms = {cls: model.room("std", cls, None, 0.02, 256, 1000) for cls in ("code/greedy", "chat/greedy")}
+    assert rooms["code/greedy"] == rooms["chat/greedy"] is not None
 
 
 def test_placement_keeps_to_a_candidate_within_its_room() -> None:
