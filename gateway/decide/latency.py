@@ -177,9 +177,9 @@ class LatencyModel:
         now = self._clock()
         for target in (pair, curve):
             if ttft_s is not None and 0.0 <= ttft_s < math.inf:
-                target.ttft.add(load_bucket(load, self._last), ttft_s, now, self._decay_rate, load)
+                target.ttft.add(load, ttft_s, now, self._decay_rate)
             if tpot_s is not None and 0.0 <= tpot_s < math.inf:
-                target.tpot.add(load_bucket(batch, self._last), tpot_s, now, self._decay_rate, batch)
+                target.tpot.add(batch, tpot_s, now, self._decay_rate)
             target.updated = now
 
     def predict(self, pool: str, cls: str, load: int, expected_tokens: float) -> Prediction:

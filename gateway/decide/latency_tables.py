@@ -107,17 +107,18 @@ class Series:
         self.fit_lent: list[float] = []  # the remembered weight its anchor borrowed from the pool's curve
         self.fit_w0 = 0.0  # the weight the anchor counts for on top, forgotten or not
 
-    def add(self, b: int, value: float, now: float, decay_rate: float, load: float | None = None) -> None:
-        """West's weighted update after forgetting since the bucket's last sample; `load`,
-        where the answer ran (within the bucket), moves the load the bucket stands for."""
+    def add(self, load: int, value: float, now: float, decay_rate: float) -> None:
+        """An answer that ran at `load`, into its bucket: West's weighted update after
+        forgetting since the bucket's last sample, and the load the bucket stands for
+        moved toward `load` by the same weight."""
+        b = load_bucket(load, len(self.weight) - 1)
         keep = math.exp(decay_rate * (now - self.at[b])) if self.weight[b] > 0 else 0.0
         weight = self.weight[b] * keep + 1.0
         delta = value - self.mean[b]
         mean = self.mean[b] + delta / weight
         self.squares[b] = self.squares[b] * keep + delta * (value - mean)
         self.weight[b], self.mean[b], self.at[b] = weight, mean, now
-        if load is not None:
-            self.centre[b] += (load - self.centre[b]) / weight
+        self.centre[b] += (load - self.centre[b]) / weight
 
     def forgotten(self, now: float, decay_rate: float) -> tuple[list[float], list[float]]:
         """Per bucket, the share of its weight still remembered at `now`, and the weight itself."""
