@@ -52,23 +52,18 @@ def read_prompts(paths: list[Path]) -> Iterator[prompts.Prompt]:
                 yield prompt
 
 
-def answer_batch(model: Any, tokenizer: Any, batch: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-    """Greedy answers (token ids, end-of-turn included when reached) of a batch of prompts."""
+def answer_batch(model: Any, batch: list[list[int]], max_new_tokens: int, end: int) -> list[list[int]]:
+    """Greedy answers (token ids, the end-of-turn token `end` included when
+    reached) of a batch of prompts, left-padded with `end`."""
     import torch
 
     width = max(len(p) for p in batch)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=model.device)
+    ids = torch.tensor([[end] * (width - len(p)) + p for p in batch], device=model.device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=model.device)
     with torch.inference_mode():
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                             eos_token_id=tokenizer.eos_token_id, pad_token_id=pad)  # fmt: skip
-    answers = []
-    for row in out[:, width:].tolist():
-        if tokenizer.eos_token_id in row:
-            row = row[: row.index(tokenizer.eos_token_id) + 1]
-        answers.append(row)
-    return answers
+                             eos_token_id=end, pad_token_id=end)  # fmt: skip
+    return [row[: row.index(end) + 1] if end in row else row for row in out[:, width:].tolist()]
 
 
 def chunk_lines(out: Path) -> Iterator[dict[str, Any]]:
@@ -105,9 +100,11 @@ def build(prompt_files: list[Path], out: Path, model_dir: Path, max_new_tokens: 
     from transformers import AutoTokenizer
 
     from specgate.draft.features import load_target
+    from specgate.draft.template import end_of_turn
 
     started = time.monotonic()
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    end = end_of_turn(tokenizer)
     done = {str(line["id"]) for line in chunk_lines(out)}
     todo = []
     for prompt in read_prompts(prompt_files):
@@ -126,8 +123,8 @@ def build(prompt_files: list[Path], out: Path, model_dir: Path, max_new_tokens: 
         chunk = todo[start : start + chunk_size]
         for first in range(0, len(chunk), batch_size):
             batch = chunk[first : first + batch_size]
-            for (prompt, ids), answer in zip(batch, answer_batch(model, tokenizer, [i for _, i in batch],
-                                                                 max_new_tokens), strict=True):
+            for (prompt, ids), answer in zip(batch, answer_batch(model, [i for _, i in batch],
+                                                                 max_new_tokens, end), strict=True):
                 answer_tokens += len(answer)
                 lines.append(Record(prompt.id, prompt.traffic_class, ids + answer, [0] * len(ids) + [1] * len(answer),
                                     prompt.source).to_json() if answer else {"id": prompt.id, "empty": True})

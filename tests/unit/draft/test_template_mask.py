@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import os
 
 import pytest
 
-from specgate.draft.template import TemplateError, tokenize
+from specgate.draft.magpie import opening
+from specgate.draft.template import TemplateError, end_of_turn, tokenize
 
 pytestmark = pytest.mark.slow  # transformers and the packaged model's tokenizer
 
@@ -76,3 +78,18 @@ def test_a_template_that_does_not_grow_by_prefixes_is_refused():
 
     with pytest.raises(TemplateError):
         tokenize(Shuffling(), [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+
+
+def test_end_of_turn_comes_from_the_template_even_when_eos_names_another_token(tokenizer):
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert end_of_turn(tokenizer) == end_of_turn(tokenizer, "user") == im_end
+    converted = copy.deepcopy(tokenizer)  # a GGUF conversion that names <|endoftext|> as eos
+    converted.eos_token = "<|endoftext|>"
+    assert converted.eos_token_id != im_end and end_of_turn(converted) == im_end
+
+
+def test_the_magpie_opening_is_what_the_template_writes_before_a_users_text(tokenizer):
+    start = opening(tokenizer)
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "Hi there"}], tokenize=False)
+    assert rendered.startswith(tokenizer.decode(start)) and tokenizer.decode(start).endswith("user\n")
+    assert rendered[len(tokenizer.decode(start)):].startswith("Hi there")
