@@ -1,6 +1,6 @@
 """Drafting on real vLLM CPU: plain, n-gram and the shipped EAGLE-3 head.
 
-    python bench/draft_vllm.py [--prompts data/draft/heldout.jsonl] [--per-class N] [--max-tokens 64]
+    python -m bench.draft_vllm [--prompts data/draft/heldout.jsonl] [--per-class N] [--max-tokens 64]
         [--server PROFILE=URL ...] [--out draft_vllm.json]
 
 One vLLM server per launch profile (`standard`, `speculative-ngram`,

@@ -56,7 +56,7 @@ def test_expansion_grows_the_most_probable_nodes_first() -> None:
         return logprob_rows(*(children.get(candidates[i].token, {}) for i in chosen))
 
     root = logprob_rows({1: -0.2, 2: -1.0, 0: -4.0})[0]
-    tree, candidates = grow_tree(9, root, expand, TreeShape(top_k=2, max_depth=3, max_nodes=6))
+    tree, candidates = grow_tree(9, root, expand, TreeShape(top_k=2, max_depth=3, max_nodes=6, min_prob=0.01))
     # level 1 expands tokens 1 and 2 (not 0); level 2 expands the two best of
     # their four children: 1->3 (-0.3) and 2->4 (-1.7) beat 2->5 (-1.8) and 1->4 (-3.2)
     assert calls == [[(1, -0.2), (2, -1.0)], [(3, -0.3), (4, -1.7)]]
@@ -123,7 +123,7 @@ def test_greedy_with_eagle3_drafts_is_token_for_token_plain_greedy(loaded, head_
         steps = list(decode(verifier, prompt, options, recording))
         assert [token for step in steps for token in step.tokens] == plain
         assert len(plain) == 24
-        assert sum(tree.num_drafts for tree in recording.trees) >= 5 * len(recording.trees[1:])
+        assert sum(tree.num_drafts for tree in recording.trees) >= (shape.max_nodes - 2) * len(recording.trees[1:])
         assert all(len(tree) <= shape.max_nodes and tree.depth() <= shape.max_depth for tree in recording.trees)
 
 

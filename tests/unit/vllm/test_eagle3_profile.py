@@ -42,7 +42,7 @@ def test_vllm_reads_the_shipped_head_as_an_eagle3_llama_drafter():
     assert SpeculatorsConfig.extract_vllm_speculative_config(raw)["method"] == "eagle3"
     config = SpeculatorsConfig.from_pretrained(str(head))
     assert config.architectures == ["Eagle3LlamaForCausalLM"]
-    assert (config.draft_vocab_size, config.target_hidden_size, config.num_hidden_layers) == (2048, 576, 1)
+    assert (config.draft_vocab_size, config.target_hidden_size, config.num_hidden_layers) == (4096, 576, 1)
     assert list(config.eagle_aux_hidden_state_layer_ids) == [2, 15, 27]  # SmolLM2's (2, L/2, L-3)
 
 
