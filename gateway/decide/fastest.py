@@ -48,8 +48,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from operator import attrgetter
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from gateway.decide.latency import LatencyModel, Prediction
 from gateway.policy.classes import traffic_class
@@ -59,18 +60,15 @@ EXPLORE_SHARE = 0.02  # at most this share of decisions goes to a stale candidat
 STALE_SAMPLES = 1.0  # an estimate resting on less remembered weight than one answer is stale
 
 
-@dataclass(frozen=True, slots=True)
-class Estimate:
-    """One candidate as the model sees it for one request."""
+class Estimate(NamedTuple):
+    """One candidate as the model sees it for one request (a tuple, as `Prediction` is)."""
+
     pool: str
     load: int
     predicted: Prediction
     added_s: float  # the delay it adds to the requests already running on the pool
+    cost_s: float  # predicted E2E plus added_s
     sample_s: float  # the Thompson draw of E2E, plus added_s (the mean without a generator)
-
-    @property
-    def cost_s(self) -> float:
-        return self.predicted.e2e_s + self.added_s
 
     def to_json(self) -> dict[str, Any]:
         p = self.predicted
@@ -79,14 +77,13 @@ class Estimate:
                 "cost_s": self.cost_s, "sampled_cost_s": self.sample_s}
 
 
-@dataclass(frozen=True, slots=True)
-class Fastest:
+class Fastest(NamedTuple):  # a tuple, as `Estimate` is
     pool: str  # the winner of the draw
     best: str  # the winner by predicted mean cost: the class's preferred pool
     estimates: tuple[Estimate, ...]  # by predicted mean cost, cheapest first
     traffic: str
     tokens: int
-    past: Mapping[str, int | None] = field(default_factory=dict)  # past their room (admission.py): pool -> room
+    past: Mapping[str, int | None] = MappingProxyType({})  # past their room (admission.py): pool -> room
 
     @property
     def explored(self) -> bool:
@@ -130,11 +127,14 @@ def fastest(pools: Sequence[str], features: Features, traffic: str, tokens: int,
         added = load * tokens / 2 * slope
         # LatencyModel.sample's draw, from the prediction in hand rather than a second lookup
         sample = predicted.e2e_s if rng is None else max(0.0, rng.gauss(predicted.e2e_s, predicted.stddev_e2e))
-        estimates.append(Estimate(pool, load, predicted, added, sample + added))
-    estimates.sort(key=lambda e: e.cost_s)
-    chosen = min(estimates, key=lambda e: e.sample_s)
+        estimates.append(Estimate(pool, load, predicted, added, predicted.e2e_s + added, sample + added))
+    estimates.sort(key=_cost)
+    chosen = min(estimates, key=_sample)
     if rng is not None and rng.random() < EXPLORE_SHARE:
         stale = [e for e in estimates[1:] if e.predicted.samples < STALE_SAMPLES]
         if stale:
             chosen = min(stale, key=lambda e: e.predicted.samples)
     return Fastest(chosen.pool, estimates[0].pool, tuple(estimates), traffic, tokens)
+
+
+_cost, _sample = attrgetter("cost_s"), attrgetter("sample_s")

@@ -35,7 +35,7 @@ def check_limits(body: Mapping[str, Any], limits: Limits) -> None:
     for name, limit in (("n", limits.n), ("best_of", limits.n), ("max_tokens", limits.max_tokens),
                         ("max_completion_tokens", limits.max_tokens),
                         ("max_output_tokens", limits.max_tokens)):
-        value = _optional(body, name, _int_at_least(1))
+        value = _field(body, name, _positive_int)
         if value is not None and value > limit:
             raise InvalidRequest(f"'{name}' is {value}, over the limit of {limit}", param=name)
 
@@ -87,18 +87,18 @@ def extract_features(
                      else math.ceil(len(prompt_text) / CHARS_PER_TOKEN))
     max_tokens = None
     for name in apis.OUTPUT_BOUNDS[endpoint]:
-        max_tokens = _optional(body, name, _int_at_least(1))
+        max_tokens = _field(body, name, _positive_int)
         if max_tokens is not None:
             break
-    temperature = apis.API_TEMPERATURE.get(endpoint, defaults.temperature)
     return Features(
         endpoint=endpoint,
-        model=_optional(body, "model", _string),
-        temperature=_or(_optional(body, "temperature", _number_at_least(0.0)), temperature),
-        top_p=_or(_optional(body, "top_p", _number_at_least(0.0)), defaults.top_p),
-        max_tokens=_or(max_tokens, defaults.max_tokens),
-        stream=_or(_optional(body, "stream", _boolean), False),
-        n=_or(_optional(body, "n", _int_at_least(1)), 1),
+        model=_field(body, "model", _string),
+        temperature=_field(body, "temperature", _non_negative,
+                           apis.API_TEMPERATURE.get(endpoint, defaults.temperature)),
+        top_p=_field(body, "top_p", _non_negative, defaults.top_p),
+        max_tokens=defaults.max_tokens if max_tokens is None else max_tokens,
+        stream=_field(body, "stream", _boolean, False),
+        n=_field(body, "n", _positive_int, 1),
         prompt_chars=len(prompt_text),
         prompt_tokens=prompt_tokens,
         tools=bool(body.get("tools")) or bool(body.get("functions")),
@@ -110,13 +110,10 @@ def extract_features(
     )
 
 
-def _or(value: Any, default: Any) -> Any:
-    return default if value is None else value
-
-
-def _optional(body: Mapping[str, Any], name: str, check: Callable[[str, Any], Any]) -> Any:
+def _field(body: Mapping[str, Any], name: str, check: Callable[[str, Any], Any], default: Any = None) -> Any:
+    """`body[name]` checked, or `default` where it is absent or null."""
     value = body.get(name)
-    return None if value is None else check(name, value)
+    return default if value is None else check(name, value)
 
 
 def _string(name: str, value: Any) -> str:
@@ -149,3 +146,7 @@ def _int_at_least(low: int) -> Callable[[str, Any], int]:
             raise InvalidRequest(f"'{name}' must be >= {low}", param=name)
         return value
     return check
+
+
+_positive_int = _int_at_least(1)
+_non_negative = _number_at_least(0.0)

@@ -48,12 +48,11 @@ bucket's remembered weight, up to `pool_lends` samples, so an unseen load or a
 new class reads the pool's measured curve rather than the prior, and stays as
 fresh as the pool is. Tables are made non-decreasing in load (weighted
 pool-adjacent-violators): a pool is not faster under more load.
-Fitting is O(buckets) (~50-100 us for a pool and a class) and
-happens on the first prediction after an observation, at most once per
-`refit_s` of a pair's data (a burst shares one refit; 0.1 s is nothing against
-a 10 s half-life); `observe` is O(1) and a prediction is a table lookup.
-Memory is bounded: `buckets` per pair and `max_pairs` pairs, the least
-recently updated dropped first.
+Fitting is O(buckets) (~50-100 us for a pool and a class) and happens on the first
+prediction after an observation, at most once per `refit_s` of a pair's data (a burst
+shares one refit; 0.1 s is nothing against a 10 s half-life); `observe` is O(1) and a
+prediction is a table lookup. Memory is bounded: `buckets` per pair and `max_pairs`
+pairs, the least recently updated dropped first.
 
 Called from the event loop only: nothing here awaits, so no locks.
 """
@@ -65,8 +64,7 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.decide.acceptance import Acceptance, tokens_per_step
 from gateway.decide.latency_priors import LatencyPriors
@@ -79,10 +77,10 @@ ANSWER_WEIGHT = 1 / 32  # a pool's mean answer length and gateway wait move by t
 # How far measured hardware may be from the priors: beyond it the ratio is a broken clock or
 # backend (a TTFT of 1e-311 s made the priors subnormal and every prediction above them inf)
 SCALE_BOUNDS = (1e-6, 1e6)
+NO_DRAFTS = Schedule()
 
 
-@dataclass(frozen=True, slots=True)
-class Prediction:
+class Prediction(NamedTuple):  # a tuple: one per candidate per request (a frozen dataclass costs 2.5x to build)
     ttft_s: float
     tpot_s: float
     e2e_s: float
@@ -109,6 +107,7 @@ class LatencyModel:
         self.acceptance = Acceptance(self.priors.spec, half_life_s, max_pairs, clock)
         self._buckets = buckets
         self._last = buckets - 1
+        self._loads = [bucket_load(b) for b in range(buckets)]  # the load each bucket stands for in the priors
         self._decay_rate = -math.log(2) / half_life_s
         self._clock = clock
         self._pairs: OrderedDict[tuple[str, str], Pair] = OrderedDict()
@@ -126,7 +125,7 @@ class LatencyModel:
 
     def schedule(self, pool: str) -> Schedule:
         """How `pool` drafts by batch size; a pool the policy did not describe drafts nothing."""
-        return self.schedules.get(pool) or Schedule()
+        return self.schedules.get(pool) or NO_DRAFTS
 
     def tokens_per_step(self, pool: str, cls: str, batch: int) -> float:
         """What a step of `pool` yields the class at `batch` sequences: 1 where it does not draft."""
@@ -137,6 +136,8 @@ class LatencyModel:
         """A class's TPOT at `batch` on a pool that drafts by `schedule`, its draft accepted at
         `rate`, per unit of plain-equivalent step time: the drafting step's cost over a plain
         one's, by the priors, over the tokens it yields."""
+        if not schedule.ever_drafts:
+            return 1.0
         drafts = schedule.drafts(max(round(batch), 1))
         if not drafts:
             return 1.0
@@ -267,9 +268,9 @@ class LatencyModel:
         ttft, ttft_var, ttft_seen = pair.ttft.read(load_bucket(load, self._last), keep)
         step, step_var, tpot_seen = pair.tpot.read(load_bucket(load + 1, self._last), keep)
         factor = self._per_plain_step(schedule, rate, load + 1)
-        tpot, tpot_var = step * factor, step_var * factor * factor
-        variance = ttft_var + expected_tokens * expected_tokens * tpot_var
-        return Prediction(ttft, tpot, ttft + expected_tokens * tpot, min(ttft_seen, tpot_seen), math.sqrt(variance))
+        step, step_var = step * factor, step_var * factor * factor
+        variance = ttft_var + expected_tokens * expected_tokens * step_var
+        return Prediction(ttft, step, ttft + expected_tokens * step, min(ttft_seen, tpot_seen), math.sqrt(variance))
 
     def _slope(self, pair: Pair, schedule: Schedule, rate: float, load: int) -> float:
         here = load_bucket(load + 1, self._last)
@@ -277,7 +278,7 @@ class LatencyModel:
         if there == here:
             here -= 1
         table = pair.tpot.fit_mean
-        low, high = bucket_load(here), bucket_load(there)
+        low, high = self._loads[here], self._loads[there]
         rise = (table[there] * self._per_plain_step(schedule, rate, high + 1)
                 - table[here] * self._per_plain_step(schedule, rate, low + 1))
         return max(0.0, rise / (high - low))
@@ -362,9 +363,8 @@ class LatencyModel:
         the tables keep plain-equivalent step times, `_per_plain_step` turns them into TPOT)."""
         tables = self._prior_tables.get(Schedule())
         if tables is None:
-            loads = [bucket_load(b) for b in range(self._buckets)]
-            tables = self._prior_tables[Schedule()] = ([self.priors.ttft(load) for load in loads],
-                                                        [self.priors.step(load, 0) for load in loads])
+            tables = self._prior_tables[Schedule()] = ([self.priors.ttft(load) for load in self._loads],
+                                                        [self.priors.step(load, 0) for load in self._loads])
         return tables
 
     def _cold_curve(self, schedule: Schedule) -> Pair:

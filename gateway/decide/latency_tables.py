@@ -16,7 +16,8 @@ from typing import Any
 
 def load_bucket(load: int, last: int) -> int:
     """0 -> 0, 1 -> 1, 2-3 -> 2, 4-7 -> 3, ..., capped at `last`."""
-    return min(load.bit_length(), last) if load > 0 else 0
+    bucket = load.bit_length() if load > 0 else 0
+    return bucket if bucket < last else last
 
 
 def bucket_label(index: int, last: int) -> str:

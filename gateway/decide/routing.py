@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.decide.admission import past_rooms
 from gateway.decide.fastest import Fastest, fastest, model_class
@@ -34,11 +34,10 @@ from gateway.policy.features import Features
 from gateway.policy.schema import FASTEST
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):  # a tuple: built per request, and a frozen dataclass costs 2.5x as much
     pool: str
     rule: str
-    reason: str
+    note: str  # why, in words; under `route: fastest`, only what it left out (`reason` says the rest)
     probe: bool = False
     chain: tuple[str, ...] = ()  # the pools to try in order, when not the pool's fallback chain
     fastest: Fastest | None = None  # how `route: fastest` chose
@@ -48,6 +47,16 @@ class Decision:
     @property
     def explored(self) -> bool:
         return self.fastest is not None and self.fastest.explored
+
+    @property
+    def reason(self) -> str:
+        """Why it went where it did. Written when asked (explain, traces), not per request."""
+        found = self.fastest
+        if found is None:
+            return self.note
+        return (f"fastest of {len(found.estimates)}: predicted E2E {found.chosen.predicted.e2e_s:.3f} s"
+                + (f"; explored (by the mean: '{found.best}')" if found.explored else "")
+                + (f"; {self.note}" if self.note else ""))
 
     def to_json(self, features: Features, flags: FlagSnapshot) -> dict[str, Any]:
         return {
@@ -138,11 +147,7 @@ def _fastest(rule: CompiledRule, features: Features, policy: Policy, flags: Flag
     found = fastest(usable, features, traffic, tokens, model, rng)
     if policy.objectives:
         found = found.within(past_rooms(found, policy.pools, model))
-    chosen = found.chosen.predicted
-    why = (f"fastest of {len(usable)}: predicted E2E {chosen.e2e_s:.3f} s"
-           + (f"; explored (by the mean: '{found.best}')" if found.explored else "")
-           + "".join(f"; {why}" for why in left_out))
-    return Decision(found.pool, rule.name, why, chain=found.chain(policy.fallback_chain(found.pool)),
+    return Decision(found.pool, rule.name, "; ".join(left_out), chain=found.chain(policy.fallback_chain(found.pool)),
                     fastest=found)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 UNBOUNDED = 1 << 30  # "any batch size" as a range's upper end
@@ -37,6 +37,10 @@ class PoolKind(enum.StrEnum):
 class Schedule:
     """Draft tokens per decoding batch size, as inclusive (lo, hi, k) ranges."""
     ranges: tuple[tuple[int, int, int], ...] = ()
+    ever_drafts: bool = field(init=False, repr=False, compare=False)  # some batch size drafts
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ever_drafts", any(k > 0 for _, _, k in self.ranges))
 
     def drafts(self, batch: int) -> int:
         """vLLM's lookup: the k of the last range that starts at or below `batch`."""
@@ -46,10 +50,6 @@ class Schedule:
                 break
             drafted = k
         return drafted
-
-    @property
-    def ever_drafts(self) -> bool:
-        return any(k > 0 for _, _, k in self.ranges)
 
     def to_json(self) -> list[list[int]]:
         return [list(r) for r in self.ranges]
