@@ -45,6 +45,8 @@ def prepare(cache: str | os.PathLike[str] | None = None) -> Path:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from backends.chat_template import stop_tokens
+
     gguf = packaged_gguf()
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{MODEL_DIR_NAME}-", dir=target.parent))
@@ -52,6 +54,10 @@ def prepare(cache: str | os.PathLike[str] | None = None) -> Path:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model.hf_quantizer = None  # the weights are dequantized now; save them as plain tensors
+        # vLLM stops at every eos_token_id of generation_config.json: the template's end of a
+        # turn too, where a conversion named another token as eos
+        stops = sorted(stop_tokens(tokenizer))
+        model.generation_config.eos_token_id = stops[0] if len(stops) == 1 else stops
         if hasattr(model.config, "quantization_config"):
             delattr(model.config, "quantization_config")
         model.save_pretrained(staging)

@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import torch
 
+from backends.chat_template import stop_tokens
 from backends.engine.decoding import Sampling, SequenceState, TreeVerifier
 from backends.engine.tree import DraftTree
 from backends.serving import Delta, GenerationRequest, VllmMetrics
@@ -107,6 +108,7 @@ class EngineGenerator:
             raise ValueError("max_num_seqs must be at least 1")
         self.verifier = TreeVerifier(model)
         self.tokenizer = tokenizer
+        self.stop_ids = stop_tokens(tokenizer)  # eos, and the chat template's end of a turn where it differs
         self.metrics = metrics
         self.drafter_factory = drafter_factory
         self.max_model_len = max_model_len
@@ -127,7 +129,7 @@ class EngineGenerator:
             sampling=Sampling.create(request.temperature if request.temperature is not None else 1.0,
                                      request.top_k or 0, request.top_p if request.top_p is not None else 1.0,
                                      request.seed),
-            stop_ids=frozenset(t for t in (self.tokenizer.eos_token_id,) if t is not None))
+            stop_ids=self.stop_ids)
         job = Job(prompt, options, emit=lambda item: loop.call_soon_threadsafe(inbox.put_nowait, item),
                   started=lambda: loop.call_soon_threadsafe(request.mark_running))
         self._jobs.put(job)

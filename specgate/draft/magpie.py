@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from specgate.draft.template import MARK, TemplateError, end_of_turn
+from backends.chat_template import end_of_turn, opening
 
 SOURCE = "magpie"
 MIN_CHARS, MAX_CHARS = 16, 2000
@@ -35,15 +35,6 @@ KINDS = (("code/greedy", re.compile(r"\b(code|function|python|javascript|java|sq
          ("math/greedy", re.compile(r"\b(calculate|solve|equation|sum|probability|integral|percent|"
                                      r"how many|how much)\b|\d+\s*[-+*/x^]\s*\d+", re.IGNORECASE)),
          ("summarization/greedy", re.compile(r"\b(summari[sz]e|summary|tl;?dr|in short)\b", re.IGNORECASE)))
-
-
-def opening(tokenizer: Any) -> list[int]:
-    """The token ids the chat template writes before a first user turn's text
-    (its default system turn, if it has one, included)."""
-    text = tokenizer.apply_chat_template([{"role": "user", "content": MARK}], tokenize=False)
-    if MARK not in text:
-        raise TemplateError("the chat template does not write the user's text as given")
-    return list(tokenizer(text[: text.index(MARK)], add_special_tokens=False)["input_ids"])
 
 
 def traffic_class(text: str) -> str:

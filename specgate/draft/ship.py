@@ -99,8 +99,8 @@ def build(prompt_files: list[Path], out: Path, model_dir: Path, max_new_tokens: 
     from tqdm import tqdm
     from transformers import AutoTokenizer
 
+    from backends.chat_template import end_of_turn
     from specgate.draft.features import load_target
-    from specgate.draft.template import end_of_turn
 
     started = time.monotonic()
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)

@@ -13,11 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-MARK = "\u2063specgate-turn\u2063"  # a text no template writes: stands for a turn's words
-
-
-class TemplateError(ValueError):
-    """The chat template does not render conversations as growing prefixes."""
+from backends.chat_template import TemplateError
 
 
 def answer_spans(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
@@ -34,20 +30,6 @@ def answer_spans(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[str, l
         end = len(before) + len(through[len(before):].rstrip())  # trailing whitespace is the template's
         spans.append((len(before), end))
     return text, spans
-
-
-def end_of_turn(tokenizer: Any, role: str = "assistant") -> int:
-    """The token the chat template writes right after the text of a `role` turn:
-    where a sampled turn of that role stops. Read from the template, not from
-    the tokenizer's `eos_token`, which a conversion may set to another token."""
-    messages = [{"role": "user", "content": "hello"}] if role == "assistant" else []
-    text: str = tokenizer.apply_chat_template([*messages, {"role": role, "content": MARK}], tokenize=False)
-    if MARK not in text:
-        raise TemplateError(f"the chat template does not write a {role} turn's text as given")
-    after = tokenizer(text[text.index(MARK) + len(MARK):], add_special_tokens=False)["input_ids"]
-    if not after:
-        raise TemplateError(f"the chat template writes nothing after a {role} turn's text")
-    return int(after[0])
 
 
 def tokenize(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[list[int], list[int]]:

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from specgate.draft.magpie import opening
-from specgate.draft.template import TemplateError, end_of_turn, tokenize
+from backends.chat_template import TemplateError, end_of_turn, opening, stop_tokens
+from specgate.draft.template import tokenize
 
 pytestmark = pytest.mark.slow  # transformers and the packaged model's tokenizer
 
@@ -86,6 +86,18 @@ def test_end_of_turn_comes_from_the_template_even_when_eos_names_another_token(t
     converted = copy.deepcopy(tokenizer)  # a GGUF conversion that names <|endoftext|> as eos
     converted.eos_token = "<|endoftext|>"
     assert converted.eos_token_id != im_end and end_of_turn(converted) == im_end
+    assert stop_tokens(tokenizer) == {im_end}
+    assert stop_tokens(converted) == {im_end, converted.eos_token_id}
+
+
+def test_without_a_chat_template_an_answer_stops_at_eos_alone():
+    class Plain:
+        eos_token_id = 2
+
+        def apply_chat_template(self, messages, tokenize=False):
+            raise ValueError("Cannot use chat template functions because tokenizer.chat_template is not set")
+
+    assert stop_tokens(Plain()) == {2}
 
 
 def test_the_magpie_opening_is_what_the_template_writes_before_a_users_text(tokenizer):

@@ -105,6 +105,23 @@ def test_stop_token_ends_the_output_and_is_kept(loaded):
     assert "Paris" in loaded.tokenizer.decode(tokens)
 
 
+def test_an_answer_ends_at_the_templates_end_of_turn_when_eos_names_another_token(loaded):
+    converted = copy.deepcopy(loaded.tokenizer)  # a GGUF conversion that names <|endoftext|> as eos
+    converted.eos_token = "<|endoftext|>"
+    im_end = converted.convert_tokens_to_ids("<|im_end|>")
+    generator = EngineGenerator(loaded.model, converted, VllmMetrics(CollectorRegistry(), "smollm2"))
+    request = GenerationRequest("chat", "r", "smollm2", messages=({"role": "user", "content": "Hi!"},),
+                                max_tokens=96, temperature=0)
+
+    async def answer() -> list:
+        return [delta async for delta in generator.generate(request)]
+
+    deltas = asyncio.run(answer())
+    assert deltas[-1].finish_reason == "stop" and sum(d.tokens for d in deltas) < 96
+    assert "<|im_start|>" not in "".join(d.text for d in deltas)  # it did not run on into a turn of its own
+    assert generator.stop_ids == {im_end, converted.eos_token_id}
+
+
 def test_sampling_is_seeded_and_stops_at_max_tokens(loaded):
     verifier = TreeVerifier(loaded.model)
     prompt = prompt_ids(loaded, PROMPTS["summarisation"])
