@@ -4,10 +4,13 @@ Scores each head (a directory; `shipped` means the head shipped for the
 packaged SmolLM2-135M-Instruct) with `specgate.draft.evaluate.acceptance` on
 a draft dataset that none of them trained on: greedy, a draft starting after
 every answer token, position k accepted when draft tokens 1..k all equal the
-target's greedy tokens. The target's features are computed once (or read
-from `--features`, as `specgate draft train` writes them).
+target's greedy tokens. With `--decoded`, only the drafts a chain decoder
+would start count: after each draft's accepted tokens and the target's own,
+not after every token (what a server's acceptance counts). The target's
+features are computed once (or read from `--features`, as `specgate draft
+train` writes them).
 
-    python -m bench.draft_heldout --data DATA/heldout --heads shipped HEAD [--features DIR] [--depth 3]
+    python -m bench.draft_heldout --data DATA/heldout --heads shipped HEAD [--features DIR] [--depth 3] [--decoded]
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ def classes_of(data: Path) -> list[str]:
     return [record.traffic_class or "-" for record in dataset.read_records(data)]
 
 
-def score(heads: list[str], data: Path, feature_dir: Path, model_dir: Path, depth: int) -> dict[str, Any]:
+def score(heads: list[str], data: Path, feature_dir: Path, model_dir: Path, depth: int,
+          decoded: bool = False) -> dict[str, Any]:
     ensure_features(data, feature_dir, model_dir, TrainOptions(holdout=0.0), progress=False)
     records = list(features.read_features(feature_dir))
     classes = classes_of(data)
@@ -42,7 +46,7 @@ def score(heads: list[str], data: Path, feature_dir: Path, model_dir: Path, dept
     out: dict[str, Any] = {}
     for name in heads:
         head = checkpoint.load(checkpoint.shipped_head_path() if name == "shipped" else name, embedding=embedding)
-        out[name] = {group: evaluate.acceptance(head, fixed_batches(rows, 2048), depth)
+        out[name] = {group: evaluate.acceptance(head, fixed_batches(rows, 2048), depth, decoded)
                      for group, rows in groups.items()}
     return out
 
@@ -56,12 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--features", type=Path, help="feature directory to reuse or fill (default: DATA/features)")
     parser.add_argument("--model", type=Path, help="the target's folder (default: the packaged SmolLM2)")
     parser.add_argument("--depth", type=int, default=3)
+    parser.add_argument("--decoded", action="store_true",
+                        help="count only the drafts a chain decoder would start (after each accepted run)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, help="also write the numbers as JSON")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     scores = score(args.heads, args.data, args.features or args.data / "features", args.model or prepare(),
-                   args.depth)
+                   args.depth, args.decoded)
     print(f"{'head':<40} {'class':<22} {'drafts':>7}  acceptance per position    mean accepted length")
     for head, groups in scores.items():
         for group, held in groups.items():

@@ -79,10 +79,15 @@ def run_steps(head: Eagle3Head, batch: Batch, steps: int, decay: float = 0.8) ->
     return result
 
 
-def acceptance(head: Eagle3Head, batches: list[Batch], depth: int) -> dict[str, Any]:
-    """Greedy acceptance per draft position on held-out batches: a draft starts
-    after every response token but the last; position k counts
-    as accepted when positions 0..k all equal the target's greedy tokens."""
+def acceptance(head: Eagle3Head, batches: list[Batch], depth: int, decoded: bool = False) -> dict[str, Any]:
+    """Greedy acceptance per draft position on held-out batches: position k counts
+    as accepted when positions 0..k all equal the target's greedy tokens.
+
+    A draft starts after every response token but the last; with `decoded`,
+    only where a chain decoder would start one: after the first, then after
+    each draft's accepted tokens and the target's own next token. The two
+    differ because a decoder skips the tokens it accepted, and a token the
+    head predicted is often followed by another it predicts."""
     drafts = 0
     accepted = [0] * depth
     with torch.no_grad():
@@ -91,6 +96,8 @@ def acceptance(head: Eagle3Head, batches: list[Batch], depth: int) -> dict[str, 
             batch = batch.to(next(head.parameters()).device)
             # a draft starts after a token the target wrote: both t+1 and t+2 are response tokens
             chain = result.valid[0] & _shift(batch.loss_mask, 1)
+            if decoded:
+                chain = decoder_starts(chain, torch.stack(result.hits), depth)
             drafts += int(chain.sum())
             for k in range(depth):
                 chain &= result.hits[k]
@@ -106,6 +113,26 @@ def acceptance(head: Eagle3Head, batches: list[Batch], depth: int) -> dict[str, 
         "conditional_acceptance_per_position": [round(x, 4) for x in conditional],
         "mean_accepted_length": round(sum(per_position), 4),
     }
+
+
+def decoder_starts(starts: torch.Tensor, hits: torch.Tensor, depth: int) -> torch.Tensor:
+    """Of the possible draft starts `[B, T]`, those a chain decoder of `depth` drafts
+    reaches: from each row's first, the next is one past the draft's accepted run
+    (`hits`, `[depth, B, T]`), or the first possible start after it."""
+    possible, run = starts.cpu().tolist(), hits.cpu().tolist()
+    reached = torch.zeros_like(starts)
+    for b, row in enumerate(possible):
+        t = 0
+        while t < len(row):
+            if not row[t]:
+                t += 1
+                continue
+            reached[b, t] = True
+            accepted = 0
+            while accepted < depth and run[accepted][b][t]:
+                accepted += 1
+            t += accepted + 1
+    return reached
 
 
 def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> None:

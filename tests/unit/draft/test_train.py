@@ -177,3 +177,15 @@ def test_the_command_dry_run_takes_the_device_path_in_two_steps(tiny_model: Path
     assert summary["steps_done"] == 2 and [v["step"] for v in summary["validation"]] == [1, 2]
     assert summary["train_records"] <= 8 and summary["held_out_records"] <= 8
     assert checkpoint.load(tmp_path / "head", embedding=torch.zeros(VOCAB, 32)).config.draft_vocab_size == 48
+
+
+def test_a_chaindecoder_starts_drafts_only_past_each_accepted_run() -> None:
+    possible = torch.tensor([[True, True, True, True, True, True, False],
+                             [False, True, True, True, True, True, True]])
+    hits = torch.zeros(2, 2, 7, dtype=torch.bool)  # [depth, B, T]
+    hits[:, 0, 0] = True  # row 0: two accepted at 0 -> next draft at 3
+    hits[0, 0, 4] = True  # one accepted at 4 -> next at 6, not a start: the row ends
+    hits[0, 1, 1] = True  # row 1: one accepted at 1 -> next at 3
+    reached = evaluate.decoder_starts(possible, hits, depth=2)
+    assert reached[0].nonzero().flatten().tolist() == [0, 3, 4]
+    assert reached[1].nonzero().flatten().tolist() == [1, 3, 4, 5, 6]
