@@ -235,6 +235,37 @@ def vllm_backends(model_dir: Path, logs: Path, ports: tuple[int, int] = (SPECULA
     return services
 
 
+def policy_for(policy: Path, ports: tuple[int, int], speculative_profile: str | None, into: Path) -> Path:
+    """The default policy as `up` runs it: its `speculative` and `standard` pools at
+    the backends' `ports`, and, where the speculative replica drafts by a schedule
+    (a dynamic profile), that pool stated `kind: dynamic` with the schedule, so the
+    latency model predicts the replica as it runs: drafting below its switch, plain
+    above it. `policy` itself where nothing differs; else a copy under `into`."""
+    import yaml
+
+    from backends.vllm import load_profiles
+
+    _, profiles = load_profiles()
+    chosen = profiles.get(speculative_profile) if speculative_profile else None
+    schedule = None if chosen is None else chosen.speculation_schedule
+    if schedule is None and ports == (SPECULATIVE_PORT, STANDARD_PORT):
+        return policy
+    data = yaml.safe_load(policy.read_text(encoding="utf-8"))
+    pools = data.get("pools") if isinstance(data, dict) else None
+    if not isinstance(pools, dict) or not all(isinstance(pools.get(n), dict) for n in ("speculative", "standard")):
+        raise StartError(f"{policy} lacks the `speculative` and `standard` pools the backends are started for")
+    for name, port in zip(("speculative", "standard"), ports, strict=True):
+        pools[name]["endpoints"] = [{"url": f"http://127.0.0.1:{port}"}]
+    if schedule is not None:
+        pools["speculative"].update(kind="dynamic", speculation_schedule=schedule.as_list())
+    into.mkdir(parents=True, exist_ok=True)
+    derived = into / f"policy-{speculative_profile or 'default'}-{ports[0]}-{ports[1]}.yaml"
+    derived.write_text(f"# {policy.name} as `specgate up` runs it: backends on {ports[0]} and {ports[1]}"
+                       + (f", the speculative one by the {speculative_profile} profile" if schedule else "")
+                       + "\n" + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return derived
+
+
 def engine_backends(logs: Path, ports: tuple[int, int] = (SPECULATIVE_PORT, STANDARD_PORT),
                     python: str = sys.executable) -> list[Service]:
     services = []

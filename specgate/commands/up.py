@@ -20,6 +20,7 @@ from specgate.up import (
     command_backends,
     engine_backends,
     gateway_service,
+    policy_for,
     vllm_backends,
 )
 
@@ -29,11 +30,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="backends: real vLLM CPU servers (default) or the project's own engine")
     parser.add_argument("--speculative-profile", default=DEFAULT_SPECULATIVE_PROFILE, metavar="PROFILE",
                         help="vLLM launch profile of the speculative pool (backends/vllm/profiles.yaml), e.g. "
-                        "speculative-eagle3-local: the EAGLE-3 head shipped for SmolLM2-135M-Instruct "
+                        "speculative-eagle3-local: the EAGLE-3 head shipped for SmolLM2-135M-Instruct, or "
+                        "dynamic-ngram: n-gram drafts only while the batch is small "
                         "(default: %(default)s; --engine vllm only)")
     parser.add_argument("--port", type=int, default=8080, help="gateway port (default: %(default)s)")
-    parser.add_argument("--policy", type=Path, help="policy (default: policies/default.yaml, which expects "
-                        f"the backends on {SPECULATIVE_PORT} and {STANDARD_PORT})")
+    parser.add_argument("--policy", type=Path, help="policy (default: policies/default.yaml, its pools pointed "
+                        "at --backend-ports, the speculative one stated dynamic with its schedule under a dynamic "
+                        "profile)")
     parser.add_argument("--backend-ports", type=_port_pair, default=(SPECULATIVE_PORT, STANDARD_PORT),
                         metavar="SPEC,STD", help="the backends' ports (default: %(default)s; "
                         "a policy of your own must point at them)")
@@ -68,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
                                      speculative_profile=args.speculative_profile)
         else:
             backends = engine_backends(logs, args.backend_ports)
-        stack = Stack(backends, gateway_service(args.policy or default_policy_path(), args.port, logs))
+        profile = args.speculative_profile if args.engine == "vllm" and not args.backend_command else None
+        policy = args.policy or policy_for(default_policy_path(), args.backend_ports, profile, cache / "policies")
+        stack = Stack(backends, gateway_service(policy, args.port, logs))
     except StartError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
