@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-import httpx
-
+from gateway.upstream.answer import Answer
 from gateway.upstream.pools import Endpoint, Lease, Pool
 from gateway.upstream.prompt_key import PromptKey
 
@@ -27,7 +26,7 @@ class Claim:
     def __init__(self, on_lease: Callable[[Pool, int], None] = lambda pool, delta: None) -> None:
         self.on_lease = on_lease
         self.lease: Lease | None = None
-        self.response: httpx.Response | None = None
+        self.response: Answer | None = None
         self.pool: Pool | None = None
         self.fallback: str | None = None
         self.waited_s: float | None = None  # how long the request waited in the pools' queues, if it did

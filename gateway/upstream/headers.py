@@ -11,9 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-import httpx
-
 from gateway.errors import InvalidRequest
+from gateway.upstream.answer import AnswerHeaders
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te",
@@ -56,7 +55,7 @@ def request_headers(headers: Iterable[tuple[str, str]], extra: dict[str, str]) -
     return kept + list(extra.items())
 
 
-def response_headers(headers: httpx.Headers, extra: dict[str, str]) -> list[tuple[bytes, bytes]]:
+def response_headers(headers: AnswerHeaders, extra: dict[str, str]) -> list[tuple[bytes, bytes]]:
     """The backend's headers less hop-by-hop ones (those its `Connection` names
     too) and less those the gateway sets itself: `extra` replaces them."""
     raw = headers.raw

@@ -31,6 +31,7 @@ from typing import NamedTuple
 import httpx
 
 from gateway.errors import AtCapacity, InvalidRequest, NoHealthyBackend, Shed, UpstreamUnreachable
+from gateway.upstream.answer import Answer
 from gateway.upstream.claim import Claim
 from gateway.upstream.failures import HEADER_TIMEOUTS, BeforeHeaders, upstream_error
 from gateway.upstream.pools import Endpoint, Lease, Pool
@@ -84,7 +85,7 @@ class Outbound:
 
 @dataclass
 class Opened:
-    response: httpx.Response
+    response: Answer
     lease: Lease
     ttfb_s: float
 
@@ -236,9 +237,11 @@ class Forwarder:
             if not tried:
                 upstream.budget.deposit()
             tried.append(lease.endpoint)
-            request = _request(outbound, lease.endpoint, timeouts)
             try:
-                response = await upstream.transport.handle_async_request(request)
+                response = await upstream.send(outbound.method, _url(lease.endpoint, outbound.path),
+                                               outbound.headers, outbound.body, timeouts, outbound.deadline)
+            except UnicodeEncodeError as exc:  # a header that is not ASCII, before anything went; the edge checks first
+                raise InvalidRequest(f"the request cannot be forwarded: {exc}") from None
             except httpx.TransportError as exc:
                 timed_out = isinstance(exc, HEADER_TIMEOUTS)
                 kind = "deadline" if isinstance(exc, DeadlineReached) else "timeout" if timed_out else "connect"
@@ -274,14 +277,11 @@ class Forwarder:
         return True
 
 
-def _request(outbound: Outbound, endpoint: Endpoint, timeouts: dict[str, float]) -> httpx.Request:
-    """The httpx request, or a 400 when httpx cannot send it (a URL it refuses,
-    a header it cannot encode); the edge checks for these first."""
+def _url(endpoint: Endpoint, path: str) -> httpx.URL:
+    """`path` on `endpoint`, or a 400 when httpx cannot parse it; the edge checks for this first."""
     try:
-        return httpx.Request(outbound.method, endpoint.url_for(outbound.path), headers=outbound.headers,
-                             content=outbound.body,
-                             extensions={"timeout": timeouts, "deadline": outbound.deadline})
-    except (httpx.InvalidURL, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        return endpoint.url_for(path)
+    except httpx.InvalidURL as exc:
         raise InvalidRequest(f"the request cannot be forwarded: {exc}") from None
 
 

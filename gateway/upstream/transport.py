@@ -1,13 +1,18 @@
-"""A lean HTTP/1.1 transport for httpx, built for a proxy's hot path.
+"""A lean HTTP/1.1 transport, built for a proxy's hot path.
 
 httpx's default pool checks every pooled connection's socket on every
 request and takes several locks per request; at a few dozen concurrent
-streams that dominates a gateway's CPU time. This transport keeps the httpx
-API (requests, responses, timeouts, `MockTransport` in tests) and swaps the
-engine underneath: one asyncio protocol per connection, the C parser
-uvicorn uses (httptools), and a LIFO list of idle keep-alive connections per
-origin. A connection the server closed while idle is noticed by the event
-loop (`connection_lost`), never by polling.
+streams that dominates a gateway's CPU time. This transport swaps the engine
+underneath: one asyncio protocol per connection, the C parser uvicorn uses
+(httptools), and a LIFO list of idle keep-alive connections per origin. A
+connection the server closed while idle is noticed by the event loop
+(`connection_lost`), never by polling.
+
+Two ways in. The proxy calls `send` with the request's parts and gets an
+`Answer` (answer.py): no httpx model is built on either side. httpx's own
+clients (health checks, /v1/models) call `handle_async_request`, with httpx's
+requests, responses and timeouts. Both write the same bytes and share the
+connections, the errors (httpx's) and the limits.
 
 Besides httpx's timeouts it honours `extensions["deadline"]` (event-loop time):
 no read waits past it, so a backend that trickles bytes cannot stretch a
@@ -34,14 +39,17 @@ the idle connections kept per origin.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import httptools
 import httpx
 
+from gateway.upstream.answer import Answer
+
 Origin = tuple[bytes, bytes, int]
 HIGH_WATER = 256 * 1024  # pause reading past this much unconsumed body
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # sent with a Content-Length even when empty, as httpx does
 
 
 class DeadlineReached(httpx.ReadTimeout):
@@ -271,10 +279,31 @@ class PooledTransport(httpx.AsyncBaseTransport):
         self._slots: dict[Origin, asyncio.Semaphore] = {}
         self._open: set[Connection] = set()
 
+    async def send(self, method: str, url: httpx.URL, headers: Sequence[tuple[str, str]], body: bytes,
+                   timeouts: Mapping[str, float | None], deadline: float | None) -> Answer:
+        """The proxy's way in: the request written straight from its parts, the response read
+        as an `Answer`, no httpx model on either side. A header that is not ASCII raises
+        `UnicodeEncodeError` before anything is taken or sent."""
+        payload = _message(method, url, headers, body)
+        origin, connection = await self._start(url, method, payload, timeouts, deadline, None)
+        return Answer(connection.status, connection.headers,
+                      ResponseStream(self, origin, connection, timeouts.get("read"), deadline, timeouts.get("idle")))
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        origin: Origin = (url.raw_scheme, url.raw_host, url.port or (443 if url.scheme == "https" else 80))
+        """httpx's way in (the pool's `httpx.AsyncClient`: health checks, /v1/models)."""
         timeouts: dict[str, Any] = request.extensions.get("timeout", {})
+        deadline = request.extensions.get("deadline")
+        payload = _serialize(request, await request.aread())
+        origin, connection = await self._start(request.url, request.method, payload, timeouts, deadline, request)
+        return httpx.Response(connection.status, headers=connection.headers,
+                              stream=ResponseStream(self, origin, connection, timeouts.get("read"), deadline,
+                                                    timeouts.get("idle")),
+                              extensions={"http_version": b"HTTP/1.1"})
+
+    async def _start(self, url: httpx.URL, method: str, payload: bytes, timeouts: Mapping[str, Any],
+                    deadline: float | None, request: httpx.Request | None) -> tuple[Origin, Connection]:
+        """A free slot of the origin's, then the request sent and its headers read."""
+        origin: Origin = (url.raw_scheme, url.raw_host, url.port or (443 if url.scheme == "https" else 80))
         slots = self._slots.get(origin)
         if slots is None:
             slots = self._slots[origin] = asyncio.Semaphore(self._max_connections)
@@ -285,22 +314,15 @@ class PooledTransport(httpx.AsyncBaseTransport):
                 raise httpx.PoolTimeout("no free connection slot within the pool timeout", request=request) from None
         else:  # a free slot is taken at once: wait_for would wrap it in a task and a turn of the loop
             await slots.acquire()
-        payload = _serialize(request, await request.aread())
         try:
-            connection = await self._exchange(origin, payload, timeouts, request.extensions.get("deadline"),
-                                              request)
+            return origin, await self._exchange(origin, method, payload, timeouts, deadline, request)
         except BaseException:
             slots.release()
             raise
-        headers = connection.headers
-        return httpx.Response(connection.status, headers=headers,
-                              stream=ResponseStream(self, origin, connection, timeouts.get("read"),
-                                                    request.extensions.get("deadline"), timeouts.get("idle")),
-                              extensions={"http_version": b"HTTP/1.1"})
 
-    async def _exchange(self, origin: Origin, payload: bytes, timeouts: dict[str, Any],
-                        deadline: float | None, request: httpx.Request) -> Connection:
-        head = request.method == "HEAD"
+    async def _exchange(self, origin: Origin, method: str, payload: bytes, timeouts: Mapping[str, Any],
+                        deadline: float | None, request: httpx.Request | None) -> Connection:
+        head = method == "HEAD"
         idle = self._idle.get(origin)
         while idle:
             connection = idle.pop()
@@ -330,7 +352,7 @@ class PooledTransport(httpx.AsyncBaseTransport):
             raise
         return connection
 
-    async def _connect(self, origin: Origin, timeout: float | None, request: httpx.Request) -> Connection:
+    async def _connect(self, origin: Origin, timeout: float | None, request: httpx.Request | None) -> Connection:
         scheme, host, port = origin
         ssl = scheme == b"https" or None
         loop = asyncio.get_running_loop()
@@ -364,6 +386,16 @@ class PooledTransport(httpx.AsyncBaseTransport):
             connection.close()
         self._open.clear()
         self._idle.clear()
+
+
+def _message(method: str, url: httpx.URL, headers: Sequence[tuple[str, str]], body: bytes) -> bytes:
+    """The request as it goes on the wire, with the `Host` and `Content-Length` httpx would
+    add (a body, or a method that carries one, gets its length)."""
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers)
+    if body or method in BODY_METHODS:
+        lines += f"Content-Length: {len(body)}\r\n"
+    return (method.encode("ascii") + b" " + (url.raw_path or b"/") + b" HTTP/1.1\r\nHost: " + url.netloc
+            + b"\r\n" + lines.encode("ascii") + b"\r\n" + body)
 
 
 def _serialize(request: httpx.Request, body: bytes) -> bytes:

@@ -1,7 +1,7 @@
 """A backend written at the socket level, for byte timings no ASGI server
 gives: each POST gets an SSE response whose chunks go out one `sendall` at a
-time, then a pause, then (optionally) the end of the chunked body. GETs
-(health checks) get 200."""
+time, then a pause, then (optionally) the end of the chunked body; or, given `answer`, each POST gets
+those bytes as its whole response. GETs (health checks) get 200."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import time
 
 
 class RawSseBackend:
-    def __init__(self, events: list[bytes], pause_s: float, finish: bool) -> None:
+    def __init__(self, events: list[bytes], pause_s: float = 0.0, finish: bool = True,
+                 answer: bytes | None = None) -> None:
         self.events = events
+        self.answer = answer
         self.pause_s = pause_s
         self.finish = finish  # send the chunked terminator after the pause
         self.listener = socket.socket()
@@ -39,6 +41,9 @@ class RawSseBackend:
         with conn:
             if conn.recv(65536).startswith(b"GET"):
                 conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
+                return
+            if self.answer is not None:
+                conn.sendall(self.answer)
                 return
             conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
             for part in self.events:

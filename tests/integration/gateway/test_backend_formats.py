@@ -5,6 +5,7 @@ socket-level backend and a real gateway, on 127.0.0.1."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import queue
 
@@ -57,3 +58,19 @@ def test_the_usage_chunk_the_gateway_asked_for_stays_hidden_whatever_the_format(
     assert data[-1] == b"[DONE]"
     assert not any(b'"usage"' in d for d in data), data
     assert measured.get(timeout=30).tokens == 7
+
+
+def test_a_compressed_answer_reaches_the_client_as_the_backend_sent_it(start_gateway, std_fake):
+    """A proxy relays the bytes and their `content-encoding` together: decoding the body
+    while keeping the header would hand the client plain JSON labelled gzip."""
+    payload = gzip.compress(json.dumps({"id": "x", "object": "chat.completion", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "café"}, "finish_reason": "stop"}]}).encode())
+    answer = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
+              b"content-length: %d\r\n\r\n%s" % (len(payload), payload))
+    with RawSseBackend([], answer=answer) as backend:
+        gw = start_gateway(policy_dict([backend.url], [std_fake.url]))
+        response = httpx.post(gw.base_url + "/chat/completions", json=GREEDY, timeout=30)
+    assert response.status_code == 200
+    assert response.headers["content-encoding"] == "gzip"
+    assert response.headers["content-length"] == str(len(payload))
+    assert response.json()["choices"][0]["message"]["content"] == "café"

@@ -50,15 +50,58 @@ def request(url: str, read: float = 5.0) -> httpx.Request:
                          extensions={"timeout": {"connect": 2, "read": read, "pool": 2}})
 
 
-async def exchange(transport: PooledTransport, url: str, read: float = 5.0) -> tuple[int, bytes]:
-    response = await transport.handle_async_request(request(url, read))
+async def exchange(transport: PooledTransport, url: str, read: float = 5.0,
+                   via_httpx: bool = False) -> tuple[int, bytes]:
+    """One POST and its whole answer, through `send` (the proxy's way) or httpx's way."""
+    if via_httpx:
+        response = await transport.handle_async_request(request(url, read))
+        try:
+            return response.status_code, await response.aread()
+        finally:
+            await response.aclose()
+    answer = await transport.send("POST", httpx.URL(url + "/v1/x"), [], b"{}",
+                                  {"connect": 2, "read": read, "pool": 2}, None)
     try:
-        return response.status_code, await response.aread()
+        return answer.status_code, await answer.aread()
     finally:
-        await response.aclose()
+        await answer.aclose()
 
 
-def test_keep_alive_connections_are_reused():
+@pytest.mark.parametrize("method, headers, body", [
+    ("POST", [("content-type", "application/json"), ("x-request-id", "r1")], b'{"a": 1}'),
+    ("POST", [], b""),
+    ("GET", [("accept", "*/*")], b""),
+])
+def test_send_writes_what_httpx_would(method, headers, body):
+    """The proxy's way writes the request httpx's way wrote: the same line, Host, headers and length."""
+    async def main() -> list[bytes]:
+        seen: list[bytes] = []
+
+        async def handler(reader, writer):
+            while True:
+                try:
+                    seen.append(await read_request(reader))
+                except asyncio.IncompleteReadError:
+                    return
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+
+        async with RawServer(handler) as url:
+            transport = PooledTransport()
+            target = httpx.URL(url + "/v1/x?q=1")
+            answer = await transport.send(method, target, headers, body, {"read": 5}, None)
+            assert (answer.status_code, await answer.aread()) == (200, b"ok")
+            response = await transport.handle_async_request(httpx.Request(method, target, headers=headers,
+                                                                          content=body))
+            assert await response.aread() == b"ok"
+            await transport.aclose()
+        return seen
+
+    ours, theirs = asyncio.run(main())
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("via_httpx", [False, True])
+def test_keep_alive_connections_are_reused(via_httpx):
     async def main() -> None:
         async def handler(reader, writer):
             while True:
@@ -72,7 +115,7 @@ def test_keep_alive_connections_are_reused():
         async with server as url:
             transport = PooledTransport()
             for _ in range(5):
-                results = await asyncio.gather(*(exchange(transport, url) for _ in range(8)))
+                results = await asyncio.gather(*(exchange(transport, url, via_httpx=via_httpx) for _ in range(8)))
                 assert results == [(200, b"ok")] * 8
             assert server.connections == 8  # one per concurrent request, reused five times
             await transport.aclose()
