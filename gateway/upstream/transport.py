@@ -258,9 +258,12 @@ class ResponseStream(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         connection = self._connection
         timeout = self._read_timeout  # the first chunk; the silence between later ones is `idle`
-        while (chunk := await connection.next_chunk(*_bounded(timeout, self._deadline))) is not None:
+        # Once closed, the connection may carry another request's answer: never read it again.
+        while not self._done and (chunk := await connection.next_chunk(*_bounded(timeout, self._deadline))) is not None:
             timeout = self._idle_timeout
             yield chunk
+        if self._done:
+            raise httpx.StreamClosed()
 
     async def aclose(self) -> None:
         if not self._done:

@@ -369,3 +369,21 @@ def test_bytes_after_the_final_response_are_dropped_with_the_connection():
             await transport.aclose()
 
     asyncio.run(main())
+
+
+def test_a_closed_answer_is_never_read_again():
+    """Its connection went back to the pool and may carry the next request's answer."""
+    async def main() -> None:
+        server = RawServer(serve_each(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst",
+                                      b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecond"))
+        async with server as url:
+            transport = PooledTransport()
+            first = await transport.send("POST", httpx.URL(url + "/v1/x"), [], b"{}", {"read": 5}, None)
+            assert await first.aread() == b"first"
+            assert await exchange(transport, url) == (200, b"second")  # on the same connection
+            with pytest.raises(httpx.StreamClosed):
+                await first.aread()
+            assert server.connections == 1
+            await transport.aclose()
+
+    asyncio.run(main())
