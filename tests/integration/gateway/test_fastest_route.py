@@ -172,19 +172,21 @@ def test_a_full_chosen_pool_spills_to_the_next_candidate(start_gateway, spec_fak
 
 def test_a_request_past_every_objective_waits_at_the_gateway_until_a_lease_comes_back(
         start_gateway, spec_fake, std_fake):
-    """Both pools state `slo: {tpot_s: 0.01}` and are measured far past it with one
+    """Both pools state `slo: {tpot_s: 1.0}` and are measured far past it with one
     request running; one more would slow that batch, so it is held at the gateway
-    (not sent, not refused) and goes in once the running requests finish."""
+    (not sent, not refused) and goes in once the running requests finish. Its budget,
+    its own objective (16 tokens x 1 s), is far longer than the test needs to release
+    them: it must go in because a lease came back, not because its budget ran out."""
     policy = fastest_policy(spec_fake.url, std_fake.url)
     for pool in policy["pools"].values():
-        pool["slo"] = {"tpot_s": 0.01}
+        pool["slo"] = {"tpot_s": 1.0}
     gateway = start_gateway(policy)
     model = gateway.app.state.parts.latency
     for pool in ("speculative", "standard"):
         for _ in range(50):  # alone: far under the objective; with company: past it, and steeply
             model.observe(pool, "chat/greedy", 0, 0.01, 0.001)
-            model.observe(pool, "chat/greedy", 2, 0.01, 0.05)
-            model.observe(pool, "chat/greedy", 5, 0.01, 0.5)
+            model.observe(pool, "chat/greedy", 2, 0.01, 5.0)
+            model.observe(pool, "chat/greedy", 5, 0.01, 50.0)
     holds = [spec_fake.hold(), std_fake.hold()]
     served: list[str] = []
     with openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as client:
