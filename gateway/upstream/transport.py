@@ -11,8 +11,8 @@ connection the server closed while idle is noticed by the event loop
 Two ways in. The proxy calls `send` with the request's parts and gets an
 `Answer` (answer.py): no httpx model is built on either side. httpx's own
 clients (health checks, /v1/models) call `handle_async_request`, with httpx's
-requests, responses and timeouts. Both write the same bytes and share the
-connections, the errors (httpx's) and the limits.
+requests, responses and timeouts, which goes through `send`. The bytes `send`
+writes are those httpx's own transport writes; the errors are httpx's.
 
 Besides httpx's timeouts it honours `extensions["deadline"]` (event-loop time):
 no read waits past it, so a backend that trickles bytes cannot stretch a
@@ -288,23 +288,22 @@ class PooledTransport(httpx.AsyncBaseTransport):
         as an `Answer`, no httpx model on either side. A header that is not ASCII raises
         `UnicodeEncodeError` before anything is taken or sent."""
         payload = _message(method, url, headers, body)
-        origin, connection = await self._start(url, method, payload, timeouts, deadline, None)
+        origin, connection = await self._start(url, method, payload, timeouts, deadline)
         return Answer(connection.status, connection.headers,
                       ResponseStream(self, origin, connection, timeouts.get("read"), deadline, timeouts.get("idle")))
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        """httpx's way in (the pool's `httpx.AsyncClient`: health checks, /v1/models)."""
-        timeouts: dict[str, Any] = request.extensions.get("timeout", {})
-        deadline = request.extensions.get("deadline")
-        payload = _serialize(request, await request.aread())
-        origin, connection = await self._start(request.url, request.method, payload, timeouts, deadline, request)
-        return httpx.Response(connection.status, headers=connection.headers,
-                              stream=ResponseStream(self, origin, connection, timeouts.get("read"), deadline,
-                                                    timeouts.get("idle")),
+        """httpx's way in (the pool's `httpx.AsyncClient`: health checks, /v1/models), through `send`;
+        httpx's client attaches the request to any error."""
+        headers = [(name.decode("ascii"), value.decode("ascii")) for name, value in request.headers.raw
+                   if name.lower() not in (b"host", b"content-length")]
+        answer = await self.send(request.method, request.url, headers, await request.aread(),
+                                 request.extensions.get("timeout", {}), request.extensions.get("deadline"))
+        return httpx.Response(answer.status_code, headers=answer.headers.raw, stream=answer.stream,
                               extensions={"http_version": b"HTTP/1.1"})
 
     async def _start(self, url: httpx.URL, method: str, payload: bytes, timeouts: Mapping[str, Any],
-                    deadline: float | None, request: httpx.Request | None) -> tuple[Origin, Connection]:
+                     deadline: float | None) -> tuple[Origin, Connection]:
         """A free slot of the origin's, then the request sent and its headers read."""
         origin: Origin = (url.raw_scheme, url.raw_host, url.port or (443 if url.scheme == "https" else 80))
         slots = self._slots.get(origin)
@@ -314,17 +313,17 @@ class PooledTransport(httpx.AsyncBaseTransport):
             try:
                 await asyncio.wait_for(slots.acquire(), timeouts.get("pool"))
             except asyncio.TimeoutError:
-                raise httpx.PoolTimeout("no free connection slot within the pool timeout", request=request) from None
+                raise httpx.PoolTimeout("no free connection slot within the pool timeout") from None
         else:  # a free slot is taken at once: wait_for would wrap it in a task and a turn of the loop
             await slots.acquire()
         try:
-            return origin, await self._exchange(origin, method, payload, timeouts, deadline, request)
+            return origin, await self._exchange(origin, method, payload, timeouts, deadline)
         except BaseException:
             slots.release()
             raise
 
     async def _exchange(self, origin: Origin, method: str, payload: bytes, timeouts: Mapping[str, Any],
-                        deadline: float | None, request: httpx.Request | None) -> Connection:
+                        deadline: float | None) -> Connection:
         head = method == "HEAD"
         idle = self._idle.get(origin)
         while idle:
@@ -342,20 +341,19 @@ class PooledTransport(httpx.AsyncBaseTransport):
             except BaseException:
                 self._discard(connection)
                 raise
-        connection = await self._connect(origin, timeouts.get("connect"), request)
+        connection = await self._connect(origin, timeouts.get("connect"))
         connection.send(payload, head)
         try:
             await connection.wait_headers(timeouts.get("read"), deadline)
         except _ClosedEarly:
             self._discard(connection)
-            raise httpx.RemoteProtocolError("the server closed the connection without a response",
-                                            request=request) from None
+            raise httpx.RemoteProtocolError("the server closed the connection without a response") from None
         except BaseException:
             self._discard(connection)
             raise
         return connection
 
-    async def _connect(self, origin: Origin, timeout: float | None, request: httpx.Request | None) -> Connection:
+    async def _connect(self, origin: Origin, timeout: float | None) -> Connection:
         scheme, host, port = origin
         ssl = scheme == b"https" or None
         loop = asyncio.get_running_loop()
@@ -363,11 +361,9 @@ class PooledTransport(httpx.AsyncBaseTransport):
             _, connection = await asyncio.wait_for(
                 loop.create_connection(Connection, host.decode("ascii"), port, ssl=ssl), timeout)
         except asyncio.TimeoutError:
-            raise httpx.ConnectTimeout(f"connecting to {host.decode()}:{port} timed out",
-                                       request=request) from None
+            raise httpx.ConnectTimeout(f"connecting to {host.decode()}:{port} timed out") from None
         except OSError as exc:
-            raise httpx.ConnectError(f"cannot connect to {host.decode()}:{port}: {exc}",
-                                     request=request) from None
+            raise httpx.ConnectError(f"cannot connect to {host.decode()}:{port}: {exc}") from None
         self._open.add(connection)
         return connection
 
@@ -399,11 +395,3 @@ def _message(method: str, url: httpx.URL, headers: Sequence[tuple[str, str]], bo
         lines += f"Content-Length: {len(body)}\r\n"
     return (method.encode("ascii") + b" " + (url.raw_path or b"/") + b" HTTP/1.1\r\nHost: " + url.netloc
             + b"\r\n" + lines.encode("ascii") + b"\r\n" + body)
-
-
-def _serialize(request: httpx.Request, body: bytes) -> bytes:
-    url = request.url
-    target = url.raw_path or b"/"
-    lines = [request.method.encode("ascii") + b" " + target + b" HTTP/1.1"]
-    lines.extend(name + b": " + value for name, value in request.headers.raw)
-    return b"\r\n".join(lines) + b"\r\n\r\n" + body

@@ -73,7 +73,8 @@ async def exchange(transport: PooledTransport, url: str, read: float = 5.0,
     ("GET", [("accept", "*/*")], b""),
 ])
 def test_send_writes_what_httpx_would(method, headers, body):
-    """The proxy's way writes the request httpx's way wrote: the same line, Host, headers and length."""
+    """The proxy's way writes the request httpx's own transport writes: the same line, Host,
+    headers and length, byte for byte."""
     async def main() -> list[bytes]:
         seen: list[bytes] = []
 
@@ -86,14 +87,15 @@ def test_send_writes_what_httpx_would(method, headers, body):
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
 
         async with RawServer(handler) as url:
-            transport = PooledTransport()
             target = httpx.URL(url + "/v1/x?q=1")
-            answer = await transport.send(method, target, headers, body, {"read": 5}, None)
+            ours = PooledTransport()
+            answer = await ours.send(method, target, headers, body, {"read": 5}, None)
             assert (answer.status_code, await answer.aread()) == (200, b"ok")
-            response = await transport.handle_async_request(httpx.Request(method, target, headers=headers,
-                                                                          content=body))
-            assert await response.aread() == b"ok"
-            await transport.aclose()
+            await ours.aclose()
+            async with httpx.AsyncHTTPTransport() as theirs:
+                response = await theirs.handle_async_request(httpx.Request(method, target, headers=headers,
+                                                                           content=body))
+                assert await response.aread() == b"ok"
         return seen
 
     ours, theirs = asyncio.run(main())
