@@ -178,7 +178,8 @@ def plot_history(history: list[dict[str, Any]], held_out: dict[str, Any], out: s
     ax.set_xlabel("step")
     ax.set_ylabel("draft == target greedy (dashed: held-out)")
     ax.set_ylim(0, 1)
-    ax.legend()
+    if history:  # a run out of time before its first step has no lines
+        ax.legend()
     fig.tight_layout()
     fig.savefig(directory / "accuracy.png", dpi=100)
     plt.close(fig)

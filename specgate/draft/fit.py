@@ -13,6 +13,7 @@ output resumes from it and repeats the steps an uninterrupted run would take.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ class Progress:
     best_state: dict[str, torch.Tensor] = field(default_factory=dict)
     bad_evals: int = 0
     stopped_early: bool = False
+    out_of_time: bool = False  # this sitting reached its deadline (not kept in the checkpoint)
 
 
 def learning_rate(step: int, options: TrainOptions) -> float:
@@ -77,7 +79,9 @@ def _resume(path: Path, head: Eagle3Head, optimizer: torch.optim.Optimizer, gene
             options: TrainOptions) -> Progress:
     if not path.is_file():
         return Progress()
-    state = torch.load(path, map_location=next(head.parameters()).device, weights_only=False)
+    # on the CPU: the random states must stay CPU byte tensors (a GPU's would be refused); the head's and
+    # the optimizer's tensors move to the head's device as they are loaded
+    state = torch.load(path, map_location="cpu", weights_only=False)
     if state["options"] != _options_of(options):
         raise ValueError(f"{path} was written with other options ({state['options']}); use them, "
                          "or another --out, or delete it to start again")
@@ -85,7 +89,7 @@ def _resume(path: Path, head: Eagle3Head, optimizer: torch.optim.Optimizer, gene
     optimizer.load_state_dict(state["optimizer"])
     generator.set_state(state["generator"])
     torch.set_rng_state(state["torch_rng"])
-    return Progress(**state["progress"])
+    return Progress(**{**state["progress"], "out_of_time": False})
 
 
 def _evaluate(head: Eagle3Head, progress: Progress, validation: list[Batch], options: TrainOptions) -> None:
@@ -100,10 +104,12 @@ def _evaluate(head: Eagle3Head, progress: Progress, validation: list[Batch], opt
 
 
 def fit(head: Eagle3Head, sample: Callable[[torch.Generator], Batch], validation: list[Batch],
-        options: TrainOptions, out: Path, progress_bar: bool = True, stop_after: int | None = None) -> Progress:
+        options: TrainOptions, out: Path, progress_bar: bool = True, stop_after: int | None = None,
+        deadline: float | None = None) -> Progress:
     """Train `head` in place on batches from `sample` (seeded by the generator it
     is given), resuming from `out/resume.pt`, at most `stop_after` steps in this
-    call; a finished run's head ends as the best one validated."""
+    call and no step after `deadline` (`time.monotonic()`); a finished run's
+    head, or one that ran out of time, ends as the best one validated."""
     from tqdm import tqdm
 
     generator = torch.Generator().manual_seed(options.seed)
@@ -116,6 +122,11 @@ def fit(head: Eagle3Head, sample: Callable[[torch.Generator], Batch], validation
     last = options.steps if stop_after is None else min(options.steps, progress.step + stop_after)
     bar = tqdm(total=options.steps, initial=progress.step, desc="train", unit="step", disable=not progress_bar)
     while progress.step < last and not progress.stopped_early:
+        if deadline is not None and time.monotonic() >= deadline:
+            progress.out_of_time = True
+            if not progress.validation or progress.validation[-1]["step"] != progress.step:
+                _evaluate(head, progress, validation, options)  # the steps since the last validation count too
+            break
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(progress.step, options)
         result = evaluate.run_steps(head, sample(generator), options.ttt_steps)
@@ -135,7 +146,7 @@ def fit(head: Eagle3Head, sample: Callable[[torch.Generator], Batch], validation
     bar.close()
     if progress.step < options.steps and not progress.stopped_early:
         _save(checkpoint, head, optimizer, generator, progress, options)  # stopped by `stop_after`: resume here
-    if progress.best_state and (progress.stopped_early or progress.step >= options.steps):
+    if progress.best_state and (progress.stopped_early or progress.out_of_time or progress.step >= options.steps):
         head.load_state_dict(progress.best_state)
     head.eval()
     return progress

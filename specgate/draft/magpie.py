@@ -47,8 +47,12 @@ def usable(text: str, ended: bool, markers: tuple[str, ...]) -> bool:
 
 
 def sample(model: Any, tokenizer: Any, count: int, batch_size: int = 64, max_new_tokens: int = 128,
-           temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, progress: bool = True) -> Iterator[str]:
-    """Up to `count` distinct user turns (gives up after 4x `count` draws)."""
+           temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, progress: bool = True,
+           time_limit_s: float | None = None) -> Iterator[str]:
+    """Up to `count` distinct user turns (gives up after 4x `count` draws, and
+    draws no batch past `time_limit_s` seconds)."""
+    import time
+
     import torch
     from tqdm import tqdm
 
@@ -57,9 +61,11 @@ def sample(model: Any, tokenizer: Any, count: int, batch_size: int = 64, max_new
     markers = tuple(str(t) for t in tokenizer.all_special_tokens if t) + ("<|im_start|>", "<|im_end|>")
     torch.manual_seed(seed)
     seen: set[str] = set()
-    drawn = 0
+    drawn, started = 0, time.monotonic()
     with tqdm(total=count, desc="magpie", unit="prompt", disable=not progress) as bar:
         while len(seen) < count and drawn < 4 * count:
+            if time_limit_s is not None and time.monotonic() - started >= time_limit_s:
+                break
             ids = torch.tensor([start] * batch_size, device=model.device)
             with torch.inference_mode():
                 out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
@@ -87,10 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="where the target runs: cpu, cuda, cuda:N")
+    parser.add_argument("--time-limit", type=float, metavar="SECONDS",
+                        help="draw no batch after this many seconds of sampling; keeps what it has")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if min(args.count, args.batch_size, args.max_new_tokens) < 1:
         raise SystemExit("--count, --batch-size and --max-new-tokens must be positive")
+    if args.time_limit is not None and not args.time_limit > 0:
+        raise SystemExit("--time-limit must be a positive number of seconds")
     os.environ["HF_HUB_OFFLINE"] = "1"
     from transformers import AutoTokenizer
 
@@ -102,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     model = load_target(model_dir, args.device)
     rows = [{"class": traffic_class(text), "source": SOURCE, "messages": [{"role": "user", "content": text}]}
             for text in sample(model, tokenizer, args.count, args.batch_size, args.max_new_tokens, args.temperature,
-                               args.top_p, args.seed, progress=not args.no_progress)]
+                               args.top_p, args.seed, progress=not args.no_progress,
+                               time_limit_s=args.time_limit)]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     staging = args.out.with_name(f".{args.out.name}.tmp")
     staging.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")

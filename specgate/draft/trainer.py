@@ -153,11 +153,15 @@ def _split(data: Path, out: Path, feature_dir: Path, model_dir: Path, options: T
 
 
 def train(data: Path, out: Path, model_dir: Path, options: TrainOptions, feature_dir: Path | None = None,
-          progress: bool = True, held_out_data: Path | None = None, stop_after: int | None = None) -> dict[str, Any]:
+          progress: bool = True, held_out_data: Path | None = None, stop_after: int | None = None,
+          time_limit_s: float | None = None) -> dict[str, Any]:
     """The whole run; returns what training.json holds. With `held_out_data`
     (a second dataset), all of `data` trains and that one is validated and
     evaluated; otherwise a `--holdout` share of `data` is kept apart by record
-    id. `stop_after` steps end this call early (the run resumes from its checkpoint)."""
+    id. `stop_after` steps end this call early (the run resumes from its
+    checkpoint). Past `time_limit_s` seconds (features included) no step
+    starts: the head of the best validation so far is written out, and the
+    checkpoint still resumes the schedule."""
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     device = resolve_device(options.device)
@@ -171,15 +175,17 @@ def train(data: Path, out: Path, model_dir: Path, options: TrainOptions, feature
     def sample(generator: torch.Generator) -> Batch:
         return sample_batch(train_set, options.batch_tokens, generator)
 
-    run = fit(head, sample, validation, options, out, progress, stop_after)
+    deadline = None if time_limit_s is None else started + time_limit_s
+    run = fit(head, sample, validation, options, out, progress, stop_after, deadline)
     summary: dict[str, Any] = {
         "options": asdict(options), "model": model_dir.name, "features": manifest, "device": str(device),
         "train_records": len(train_set), "held_out_records": len(held_out),
         "train_tokens": sum(len(r.input_ids) for r in train_set), "steps_done": run.step,
         "finished": run.stopped_early or run.step >= options.steps, "stopped_early": run.stopped_early,
-        "best_step": run.best_step, "validation": run.validation, "history": run.history,
+        "out_of_time": run.out_of_time, "best_step": run.best_step, "validation": run.validation,
+        "history": run.history,
     }  # fmt: skip
-    if not summary["finished"]:
+    if not summary["finished"] and not run.out_of_time:
         return summary  # resumed by the next run with the same options and --out
     trained = time.monotonic()
     held = evaluate.acceptance(head, batches, options.ttt_steps)

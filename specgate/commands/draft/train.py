@@ -51,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stop-after", type=int, metavar="STEPS",
                         help="train at most this many steps in this run, then checkpoint and stop; run the same "
                              "command again to resume")
+    parser.add_argument("--time-limit", type=float, metavar="SECONDS",
+                        help="start no step after this many seconds (features included): validate, write the "
+                             "best head so far and stop; the same command resumes the schedule")
     parser.add_argument("--dry-run", action="store_true",
                         help="2 steps on at most 8 records each side, validating after each, on --device: "
                              "checks the whole path (features, device, checkpoint, plots) in seconds")
@@ -71,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
            options.patience) < 1:
         raise SystemExit("--steps, --ttt-steps, --draft-vocab, --batch-tokens, --eval-every and --patience "
                          "must be positive")
+    if args.time_limit is not None and not args.time_limit > 0:
+        raise SystemExit("--time-limit must be a positive number of seconds")
     if args.threads:
         import torch
 
@@ -79,8 +84,11 @@ def run(args: argparse.Namespace) -> int:
     summary = train(Path(args.data), Path(args.out), model_dir, options,
                     Path(args.features) if args.features else None, progress=not args.no_progress,
                     held_out_data=Path(args.held_out_data) if args.held_out_data else None,
-                    stop_after=args.stop_after)  # fmt: skip
-    if not summary["finished"]:
+                    stop_after=args.stop_after, time_limit_s=args.time_limit)  # fmt: skip
+    if summary["out_of_time"]:
+        print(f"out of time at step {summary['steps_done']} of {options.steps}: wrote the head of step "
+              f"{summary['best_step']}; the same command resumes from {os.fspath(args.out)}/resume.pt")
+    elif not summary["finished"]:
         print(f"stopped at step {summary['steps_done']} of {options.steps}; the same command resumes from "
               f"{os.fspath(args.out)}/resume.pt")
         return 0

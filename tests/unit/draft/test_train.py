@@ -136,6 +136,25 @@ def test_a_stopped_run_resumes_to_the_same_steps_as_an_uninterrupted_one(tiny_mo
         train(data, tmp_path / "part", tiny_model, other, feature_dir=features_dir, progress=False)
 
 
+def test_a_run_out_of_time_writes_its_best_head_and_still_resumes(tiny_model: Path, tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    data = write_dataset(tmp_path / "data", count=16)
+    options = TrainOptions(steps=4, ttt_steps=2, draft_vocab=48, batch_tokens=128, holdout=0.3, eval_every=2,
+                           patience=10, device="cpu")
+    whole = train(data, tmp_path / "whole", tiny_model, options, progress=False)
+    features_dir = tmp_path / "whole" / "features"
+    # a limit already spent when training starts: no step runs, the starting head is validated and written
+    cut = train(data, tmp_path / "cut", tiny_model, options, feature_dir=features_dir, progress=False,
+                time_limit_s=1e-9)
+    assert (cut["out_of_time"], cut["finished"], cut["steps_done"], cut["best_step"]) == (True, False, 0, 0)
+    assert [v["step"] for v in cut["validation"]] == [0]
+    assert (tmp_path / "cut" / "model.safetensors").is_file() and cut["held_out"]["drafts"] > 0
+    assert checkpoint.load(tmp_path / "cut", embedding=torch.zeros(VOCAB, 32)).config.draft_vocab_size == 48
+    rest = train(data, tmp_path / "cut", tiny_model, options, feature_dir=features_dir, progress=False)
+    assert rest["finished"] and not rest["out_of_time"] and rest["history"] == whole["history"]
+    assert rest["validation"][1:] == whole["validation"]
+
+
 def test_training_stops_when_the_held_out_loss_stops_falling(tiny_model: Path, tmp_path: Path) -> None:
     torch.set_num_threads(1)
     data = write_dataset(tmp_path / "data", count=12)
