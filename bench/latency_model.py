@@ -55,14 +55,14 @@ def main() -> None:
             model.observe(pool, cls, load, ttft, tpot)
         for pool, cls, load, _, _ in picks:
             model.predict(pool, cls, load, 256)
-        for name, step in cases(model, picks, rng):
+        for name, step in cases(model, picks):
             costs = timed(args.calls, step)
             print(f"| {name}{label} | {statistics.median(costs):.2f} | {percentile(costs, 0.99):.2f} | "
                   f"{statistics.fmean(costs):.2f} |")
 
 
-def cases(model: LatencyModel, picks: list[tuple[str, str, int, float, float]],
-          rng: random.Random) -> list[tuple[str, Callable[[int], object]]]:
+def cases(model: LatencyModel, picks: list[tuple[str, str, int, float, float]]
+          ) -> list[tuple[str, Callable[[int], object]]]:
 
     def observe(i: int) -> None:
         model.observe(*picks[i])
@@ -80,11 +80,11 @@ def cases(model: LatencyModel, picks: list[tuple[str, str, int, float, float]],
         for name in POOLS:
             model.predict(name, cls, load, 256)
 
-    def thompson(i: int) -> None:
-        model.sample(picks[i][0], picks[i][1], picks[i][2], 256, rng)
+    def estimate(i: int) -> None:
+        model.estimate(picks[i][0], picks[i][1], picks[i][2], 256)
 
     return [("observe", observe), ("predict (fitted)", predict), ("observe + predict after it", observe_then_predict),
-            ("observe + 2 predicts (a routed request)", routed), ("sample (fitted)", thompson)]
+            ("observe + 2 predicts (a routed request)", routed), ("estimate with the slope (fitted)", estimate)]
 
 
 if __name__ == "__main__":

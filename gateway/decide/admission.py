@@ -41,8 +41,7 @@ then one bisection of the model per loaded candidate.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.decide.fastest import Fastest
 from gateway.decide.latency import LatencyModel
@@ -50,13 +49,19 @@ from gateway.policy.pools import PoolSpec
 from gateway.policy.priors import SloSpec
 
 
-@dataclass(frozen=True, slots=True)
-class Hold:
+class Hold(NamedTuple):  # a tuple: a burst builds one per request, as the decision's records are
     pools: tuple[str, ...]  # the candidates: a lease coming back on any of them re-routes it
     budget_s: float  # how long it may wait: its own objective
     expected_wait_s: float
     objective_s: float  # the request's own objective for its E2E: the gate wakes the earliest due first
-    why: str
+    pool: str  # the candidate expected back within its room first
+    room: int  # its room
+
+    @property
+    def why(self) -> str:
+        """In words, written when read (explain), not per held request."""
+        return (f"every candidate is past its room (on {self.pool}: {self.room} in flight, where one more still "
+                f"lets a request of its mean answer meet the objective); expected wait {self.expected_wait_s:.3f} s")
 
     def to_json(self) -> dict[str, Any]:
         return {"pools": list(self.pools), "budget_s": round(self.budget_s, 6),
@@ -104,6 +109,4 @@ def hold(found: Fastest, pools: Mapping[str, PoolSpec], ahead: int) -> Hold | No
     if not waits:
         return None
     wait, pool, room, own = min(waits)
-    return Hold(tuple(e.pool for e in found.estimates), own, wait, own,
-                f"every candidate is past its room (on {pool}: {room} in flight, where one more still lets "
-                f"a request of its mean answer meet the objective); expected wait {wait:.3f} s")
+    return Hold(tuple(e.pool for e in found.estimates), own, wait, own, pool, room)

@@ -79,8 +79,12 @@ def conversation(endpoint: str, body: Mapping[str, Any]) -> list[dict[str, str]]
         return _anthropic(body)
     if endpoint == "responses":
         return _responses(body)
-    return [{"role": _role(message), "content": _text(message.get("content"), f"messages[{i}].content")}
-            for i, message in enumerate(_turns(body, "messages"))]
+    turns = []
+    for i, message in enumerate(_turns(body, "messages")):
+        content = message.get("content")  # a string, the usual case, with no error's name written for it
+        turns.append({"role": _role(message),
+                      "content": content if isinstance(content, str) else _text(content, f"messages[{i}].content")})
+    return turns
 
 
 def session_of(endpoint: str, body: Mapping[str, Any]) -> str | None:

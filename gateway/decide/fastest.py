@@ -11,7 +11,7 @@ running there:
     cost = E2E + load x (expected tokens / 2) x dTPOT/dload
 
 each running sequence having on average half its tokens still to go, each
-slowed by the slope of the pool's curve at its load (LatencyModel.marginal_tpot).
+slowed by the slope of the pool's curve at its load (LatencyModel.estimate).
 Placing by own E2E alone piles requests onto the pool that is fastest for
 each of them while it slows everyone there; the cost to the fleet is what the
 sum of everyone's latency sees. On an idle pool the added delay is nil, so
@@ -104,7 +104,7 @@ class Fastest(NamedTuple):  # a tuple, as `Estimate` is
     def chain(self, fallback: Sequence[str]) -> tuple[str, ...]:
         """The chosen pool, the other candidates by predicted mean, then the chosen
         pool's fallbacks: each pool once."""
-        return tuple(dict.fromkeys((self.pool, *(e.pool for e in self.estimates), *fallback)))
+        return tuple(dict.fromkeys((self.pool, *[e.pool for e in self.estimates], *fallback)))
 
     def to_json(self) -> dict[str, Any]:
         return {"traffic_class": self.traffic, "expected_tokens": self.tokens, "preferred": self.best,
@@ -121,13 +121,15 @@ def fastest(pools: Sequence[str], features: Features, traffic: str, tokens: int,
             rng: random.Random | None) -> Fastest:
     """The pool of `pools` (at least one) with the smallest draw of its cost to the fleet."""
     estimates = []
+    loads, estimate, gauss = features.load, model.estimate, None if rng is None else rng.gauss
     for pool in pools:
-        load = features.load.get(pool, 0)
-        predicted, slope = model.estimate(pool, traffic, load, tokens)
+        load = loads.get(pool, 0)
+        predicted, slope = estimate(pool, traffic, load, tokens)
         added = load * tokens / 2 * slope
-        # LatencyModel.sample's draw, from the prediction in hand rather than a second lookup
-        sample = predicted.e2e_s if rng is None else max(0.0, rng.gauss(predicted.e2e_s, predicted.stddev_e2e))
-        estimates.append(Estimate(pool, load, predicted, added, predicted.e2e_s + added, sample + added))
+        e2e = predicted.e2e_s
+        # the Thompson draw: normal around the prediction, with its standard error
+        sample = e2e if gauss is None else max(0.0, gauss(e2e, predicted.stddev_e2e))
+        estimates.append(Estimate(pool, load, predicted, added, e2e + added, sample + added))
     estimates.sort(key=_cost)
     chosen = min(estimates, key=_sample)
     if rng is not None and rng.random() < EXPLORE_SHARE:

@@ -60,7 +60,6 @@ Called from the event loop only: nothing here awaits, so no locks.
 from __future__ import annotations
 
 import math
-import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -68,10 +67,18 @@ from typing import Any, NamedTuple
 
 from gateway.decide.acceptance import Acceptance, tokens_per_step
 from gateway.decide.latency_priors import LatencyPriors
-from gateway.decide.latency_tables import Pair, anchors, between, bucket_label, bucket_load, class_anchor, load_bucket
+from gateway.decide.latency_tables import (
+    Pair,
+    anchors,
+    between,
+    bucket_label,
+    bucket_load,
+    class_anchor,
+    highest_fitting,
+)
 from gateway.policy.kinds import Schedule
 
-__all__ = ["LatencyModel", "LatencyPriors", "Prediction", "bucket_label", "load_bucket"]
+__all__ = ["LatencyModel", "LatencyPriors", "Prediction", "bucket_label"]
 
 ANSWER_WEIGHT = 1 / 32  # a pool's mean answer length and gateway wait move by this share of each new one
 # How far measured hardware may be from the priors: beyond it the ratio is a broken clock or
@@ -117,8 +124,10 @@ class LatencyModel:
         self._scale = [1.0, 1.0]  # measured over prior, TTFT and step time, across the pools that answered
         self._cold: dict[Schedule, Pair] = {}
         self._step_costs: dict[tuple[float, int], float] = {}  # (batch, drafts) -> a drafting step over a plain one
+        self._costs: dict[str, list[tuple[float, int]]] = {}  # per pool, that and drafts at each bucket's load + 1
         self._answers: dict[str, float] = {}  # per pool, the mean output tokens of its answers, forgetting
         self._waits: dict[str, float] = {}  # per pool, the mean time its requests waited at the gateway
+        self._rooms: dict[tuple[str, str], int] = {}  # per (pool, class), the last room `room` found past the load
 
     def __len__(self) -> int:
         return len(self._pairs)
@@ -184,21 +193,53 @@ class LatencyModel:
             target.updated = now
 
     def predict(self, pool: str, cls: str, load: int, expected_tokens: float) -> Prediction:
-        pair, schedule, rate, keep = self._read(pool, cls)
-        return self._prediction(pair, schedule, rate, keep, load, expected_tokens)
-
-    def marginal_tpot(self, pool: str, cls: str, load: int) -> float:
-        """How much one more running sequence slows each token of `pool`'s batch at
-        `load`: the slope of the class's fitted curve from this bucket to the next."""
-        pair, schedule, rate, _ = self._read(pool, cls)
-        return self._slope(pair, schedule, rate, load)
+        return self.estimate(pool, cls, load, expected_tokens)[0]
 
     def estimate(self, pool: str, cls: str, load: int, expected_tokens: float) -> tuple[Prediction, float]:
-        """`predict` and `marginal_tpot` at once, as routing asks for both: one refit check,
-        one read of the clock and of the class's acceptance."""
-        pair, schedule, rate, keep = self._read(pool, cls)
-        return (self._prediction(pair, schedule, rate, keep, load, expected_tokens),
-                self._slope(pair, schedule, rate, load))
+        """`predict`, and how much one more sequence slows each token of `pool`'s batch at `load`
+        (the class's curve's slope to the next bucket): both, per candidate per request, in one piece."""
+        pair = self._current(pool, cls)
+        at = pair.fitted_at
+        keep = math.exp(self._decay_rate * (self._clock() - at)) if at > -math.inf else 1.0
+        last = self._last
+        first = load.bit_length() if load > 0 else 0  # load_bucket(load), load_bucket(load + 1), inline
+        ttft, ttft_var, ttft_seen = pair.ttft.read(first if first < last else last, keep)
+        here = (load + 1).bit_length()
+        here = here if here < last else last
+        step, step_var, tpot_seen = pair.tpot.read(here, keep)
+        there = here + 1  # the slope: from this bucket to the next (the last: from the one before)
+        if there > last:
+            here, there = here - 1, here
+        table = pair.tpot.fit_mean
+        low, high = self._loads[here], self._loads[there]
+        schedule = self.schedules.get(pool) or NO_DRAFTS
+        if schedule.ever_drafts:
+            rate = self.acceptance.rate(pool, cls)
+            costs = self._bucket_costs(pool, schedule)
+            factor = self._per_plain_step(schedule, rate, load + 1)
+            (cost_high, drafts_high), (cost_low, drafts_low) = costs[there], costs[here]
+            rise = (table[there] * cost_high / tokens_per_step(rate, drafts_high)
+                    - table[here] * cost_low / tokens_per_step(rate, drafts_low))
+            step, step_var = step * factor, step_var * factor * factor
+        else:
+            rise = table[there] - table[here]
+        e2e = ttft + expected_tokens * step
+        predicted = Prediction(ttft, step, e2e, ttft_seen if ttft_seen < tpot_seen else tpot_seen,
+                               math.sqrt(ttft_var + expected_tokens * expected_tokens * step_var))
+        return predicted, max(0.0, rise / (high - low))
+
+    def _bucket_costs(self, pool: str, schedule: Schedule) -> list[tuple[float, int]]:
+        """Per load bucket, at one more than its load: a step of `pool` over a plain one's (1
+        where it does not draft) and its drafts; a pure function of the priors, kept."""
+        costs = self._costs.get(pool)
+        if costs is None:
+            costs = self._costs[pool] = []
+            for load in self._loads:
+                batch = load + 1
+                drafts = schedule.drafts(max(round(batch), 1))
+                costs.append((self.priors.step(batch, drafts) / self.priors.step(batch, 0) if drafts else 1.0,
+                              drafts))
+        return costs
 
     def answered(self, pool: str, tokens: int) -> None:
         """An answer of `tokens` output tokens from `pool`, streamed or not: its mean answer."""
@@ -221,16 +262,13 @@ class LatencyModel:
     def room(self, pool: str, cls: str, ttft_s: float | None, tpot_s: float | None, tokens: float,
              below: int, waited_s: float = 0.0) -> int | None:
         """The highest load under `below` at which one more request of `tokens` output
-        tokens, having waited `waited_s` before going in, meets the objective: its wait and
-        E2E within `ttft_s + tokens x tpot_s` (an absent `ttft_s` counts as none: the first
-        token's wait comes out of the decoding budget), or with no `tpot_s` its wait and
-        TTFT within `ttft_s`; None where no load does. Read on the pool's curve, not the
-        class's tables: one more sequence slows every class on the replica, and one class's
-        few answers at high load would fill the pool past where the others meet theirs;
-        the class counts through what its drafts yield. Read between the buckets, each
-        standing for the mean load of its answers (its middle before any): the room moves
-        by one request, not by a bucket of 32, and a bucket whose answers ran at its low
-        end is not read as its middle. The curves are non-decreasing: a bisection finds it."""
+        tokens, having waited `waited_s`, meets the objective: its wait and E2E within
+        `ttft_s + tokens x tpot_s` (no `ttft_s`: none; no `tpot_s`: its wait and TTFT within
+        `ttft_s`); None where no load does. Read on the pool's curve, not the class's tables
+        (one more sequence slows every class on the replica; the class counts through what
+        its drafts yield), between the buckets, each standing for the mean load of its
+        answers: the room moves by one request, not by a bucket of 32. The curves are
+        non-decreasing: `highest_fitting` finds it, from the room found last."""
         pair, schedule = self._current_pool(pool), self.schedule(pool)
         rate = self.acceptance.rate(pool, cls) if schedule.ever_drafts else 0.0
         def fits(load: int) -> bool:
@@ -242,51 +280,10 @@ class LatencyModel:
             tpot = between(pair.tpot.fit_mean, batch, pair.tpot.centre) * self._per_plain_step(schedule, rate, batch)
             return ttft + tokens * tpot <= allowed
 
-        if below <= 0 or not fits(0):
-            return None
-        low, high = 0, below - 1  # fits(low) holds; find the last load that fits
-        while low < high:
-            middle = (low + high + 1) // 2
-            if fits(middle):
-                low = middle
-            else:
-                high = middle - 1
-        return low
-
-    def _read(self, pool: str, cls: str) -> tuple[Pair, Schedule, float, float]:
-        """The class's current tables, the pool's schedule, the class's acceptance there, and
-        how much of the tables' weight is still remembered."""
-        pair = self._current(pool, cls)
-        now = self._clock()
-        keep = math.exp(self._decay_rate * (now - pair.fitted_at)) if pair.fitted_at > -math.inf else 1.0
-        schedule = self.schedule(pool)
-        rate = self.acceptance.rate(pool, cls) if schedule.ever_drafts else 0.0
-        return pair, schedule, rate, keep
-
-    def _prediction(self, pair: Pair, schedule: Schedule, rate: float, keep: float, load: int,
-                    expected_tokens: float) -> Prediction:
-        ttft, ttft_var, ttft_seen = pair.ttft.read(load_bucket(load, self._last), keep)
-        step, step_var, tpot_seen = pair.tpot.read(load_bucket(load + 1, self._last), keep)
-        factor = self._per_plain_step(schedule, rate, load + 1)
-        step, step_var = step * factor, step_var * factor * factor
-        variance = ttft_var + expected_tokens * expected_tokens * step_var
-        return Prediction(ttft, step, ttft + expected_tokens * step, min(ttft_seen, tpot_seen), math.sqrt(variance))
-
-    def _slope(self, pair: Pair, schedule: Schedule, rate: float, load: int) -> float:
-        here = load_bucket(load + 1, self._last)
-        there = min(here + 1, self._last)
-        if there == here:
-            here -= 1
-        table = pair.tpot.fit_mean
-        low, high = self._loads[here], self._loads[there]
-        rise = (table[there] * self._per_plain_step(schedule, rate, high + 1)
-                - table[here] * self._per_plain_step(schedule, rate, low + 1))
-        return max(0.0, rise / (high - low))
-
-    def sample(self, pool: str, cls: str, load: int, tokens: float, rng: random.Random) -> float:
-        """A Thompson draw of E2E: normal around the prediction with its standard error."""
-        predicted = self.predict(pool, cls, load, tokens)
-        return max(0.0, rng.gauss(predicted.e2e_s, predicted.stddev_e2e))
+        found = highest_fitting(fits, below, self._rooms.get((pool, cls), 0))
+        if found is not None and found < below - 1 and len(self._rooms) < 4096:
+            self._rooms[pool, cls] = found  # past the load: where the next search starts
+        return found
 
     def snapshot(self) -> dict[str, Any]:
         """The priors, every pool's curve and every pair's tables, JSON-able, for explain and admin."""

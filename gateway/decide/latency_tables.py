@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -40,6 +40,39 @@ def between(table: list[float], load: float, centres: Sequence[float]) -> float:
     x0, x1 = centres[low], centres[low + 1]
     value = table[low] + (table[low + 1] - table[low]) * (load - x0) / (x1 - x0)
     return max(value, table[low]) if load >= x0 else value
+
+
+def highest_fitting(fits: Callable[[int], bool], below: int, start: int) -> int | None:
+    """The highest load under `below` that `fits` (non-decreasing loads fit less), None where
+    0 does not. The load just under `below` is read first: a candidate within its room, the
+    usual case, needs no search. Past it, the search starts from `start` (the room found
+    last time: a room moves little from one decision to the next), brackets it by doubling
+    steps, and bisects the bracket, so an unmoved room costs two reads and any room is found
+    as a bisection of the whole range would find it."""
+    if below <= 0 or not fits(0):
+        return None
+    low, high = 0, below - 1  # fits(low)
+    if fits(high):
+        return high
+    step = 1  # fits(low), not fits(high) from here on
+    if low < start < high:
+        if fits(start):
+            low = start
+            while low + step < high and fits(low + step):
+                low, step = low + step, step * 2
+            high = min(high, low + step)
+        else:
+            high = start
+            while high - step > low and not fits(high - step):
+                high, step = high - step, step * 2
+            low = max(low, high - step)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def isotonic(values: list[float], weights: list[float]) -> None:

@@ -142,6 +142,21 @@ def test_a_bucket_stands_for_the_load_its_answers_ran_at() -> None:
     assert by_tpot is not None and 38 <= by_tpot <= 40  # 40 in the batch with it: 39 before it
 
 
+def test_the_room_searched_from_the_last_one_is_the_highest_load_that_fits() -> None:
+    # a room is searched from the one found before; wherever the objective moves it, up or
+    # down, by one or by hundreds, it is the highest load that fits, as a scan of every load says
+    model = observed({"chat/greedy": (1, 2, 4, 8, 16, 33, 64, 128)})
+    scan = observed({"chat/greedy": (1, 2, 4, 8, 16, 33, 64, 128)})
+    rooms = []
+    for tpot in (0.02, 0.0201, 0.025, 0.03, 0.021, 0.0205, 0.045, 0.019, 0.0195):
+        found = model.room("std", "chat/greedy", None, tpot, 256, 500)
+        # room(..., below=load + 1) is `load` exactly where `load` fits: no search runs
+        fitting = [load for load in range(500) if scan.room("std", "chat/greedy", None, tpot, 256, load + 1) == load]
+        assert found == max(fitting)
+        rooms.append(found)
+    assert len(set(rooms)) >= 6 and 0 < min(rooms) and max(rooms) < 499  # it moved, inside the range
+
+
 def test_the_room_is_the_pools_not_one_classs() -> None:
     # one class answered only fast, at high load; another a third slower: one more sequence slows
     # both alike, so both read the pool's one room (read from each class's tables, the fast

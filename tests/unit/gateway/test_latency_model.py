@@ -15,7 +15,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gateway.decide import latency
-from gateway.decide.latency import LatencyModel, LatencyPriors, bucket_label, load_bucket
+from gateway.decide.fastest import fastest
+from gateway.decide.latency import LatencyModel, LatencyPriors, bucket_label
+from gateway.decide.latency_tables import load_bucket
+from gateway.policy.features import Features
 from gateway.policy.kinds import PoolKind, schedule_of
 from gateway.policy.priors import PriorsSpec
 
@@ -216,8 +219,13 @@ def test_empty_buckets_borrow_the_neighbours_ratio_to_the_prior() -> None:
 
 
 def spread(model: LatencyModel, load: int) -> float:
+    """The spread of `route: fastest`'s Thompson draws of the E2E of one candidate."""
     rng = random.Random(11)
-    draws = [model.sample("spec", CLS, load, 100, rng) for _ in range(3000)]
+    features = Features(endpoint="chat", model=None, temperature=0.0, top_p=1.0, max_tokens=100, stream=True, n=1,
+                        prompt_chars=100, prompt_tokens=25, tools=False, response_format=False, logprobs=False,
+                        domain="chat", load={"spec": load})
+    draws = [e.sample_s - e.added_s for _ in range(3000)
+             for e in fastest(("spec",), features, CLS, 100, model, rng).estimates]
     assert min(draws) >= 0
     return statistics.stdev(draws)
 

@@ -182,5 +182,5 @@ def test_measured_acceptance_moves_a_class_off_speculation_and_keeps_the_pools_s
 
 def test_the_slope_of_the_curve_is_the_delay_a_request_adds() -> None:
     model = LatencyModel(SCHEDULES, clock=Clock())
-    assert model.marginal_tpot("std", "chat/greedy", 0) == pytest.approx(0.0003, rel=0.01)
-    assert model.marginal_tpot("spec", "chat/greedy", 16) > model.marginal_tpot("std", "chat/greedy", 16)
+    assert model.estimate("std", "chat/greedy", 0, 1)[1] == pytest.approx(0.0003, rel=0.01)
+    assert model.estimate("spec", "chat/greedy", 16, 1)[1] > model.estimate("std", "chat/greedy", 16, 1)[1]
