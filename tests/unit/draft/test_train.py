@@ -118,13 +118,18 @@ def test_a_second_dataset_is_the_held_out_set(tiny_model: Path, tmp_path: Path) 
     assert summary["held_out"]["drafts"] == 4 * 20  # every answer token after the first starts a draft
 
 
-def test_a_stopped_run_resumes_to_the_same_steps_as_an_uninterrupted_one(tiny_model: Path, tmp_path: Path) -> None:
+def uninterrupted(tiny_model: Path, tmp_path: Path, steps: int) -> tuple[Path, TrainOptions, dict, Path]:
+    """A run of `steps` on 16 records, validated every 2: its data, options, summary and features."""
     torch.set_num_threads(1)
     data = write_dataset(tmp_path / "data", count=16)
-    options = TrainOptions(steps=6, ttt_steps=2, draft_vocab=48, batch_tokens=128, holdout=0.3, eval_every=2,
+    options = TrainOptions(steps=steps, ttt_steps=2, draft_vocab=48, batch_tokens=128, holdout=0.3, eval_every=2,
                            patience=10, device="cpu")
     whole = train(data, tmp_path / "whole", tiny_model, options, progress=False)
-    features_dir = tmp_path / "whole" / "features"
+    return data, options, whole, tmp_path / "whole" / "features"
+
+
+def test_a_stopped_run_resumes_to_the_same_steps_as_an_uninterrupted_one(tiny_model: Path, tmp_path: Path) -> None:
+    data, options, whole, features_dir = uninterrupted(tiny_model, tmp_path, steps=6)
     part = train(data, tmp_path / "part", tiny_model, options, feature_dir=features_dir, progress=False, stop_after=3)
     assert (part["finished"], part["steps_done"], len(part["validation"])) == (False, 3, 1)
     assert (tmp_path / "part" / "resume.pt").is_file() and not (tmp_path / "part" / "eval.json").exists()
@@ -137,12 +142,7 @@ def test_a_stopped_run_resumes_to_the_same_steps_as_an_uninterrupted_one(tiny_mo
 
 
 def test_a_run_out_of_time_writes_its_best_head_and_still_resumes(tiny_model: Path, tmp_path: Path) -> None:
-    torch.set_num_threads(1)
-    data = write_dataset(tmp_path / "data", count=16)
-    options = TrainOptions(steps=4, ttt_steps=2, draft_vocab=48, batch_tokens=128, holdout=0.3, eval_every=2,
-                           patience=10, device="cpu")
-    whole = train(data, tmp_path / "whole", tiny_model, options, progress=False)
-    features_dir = tmp_path / "whole" / "features"
+    data, options, whole, features_dir = uninterrupted(tiny_model, tmp_path, steps=4)
     # a limit already spent when training starts: no step runs, the starting head is validated and written
     cut = train(data, tmp_path / "cut", tiny_model, options, feature_dir=features_dir, progress=False,
                 time_limit_s=1e-9)
