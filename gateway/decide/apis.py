@@ -69,8 +69,7 @@ def prompt_text(endpoint: str, body: Mapping[str, Any]) -> str | list[int]:
         return _completion_text(body)
     if endpoint == "messages" and body.get("max_tokens") is None:
         raise InvalidRequest("'max_tokens' is required", param="max_tokens")
-    turns = conversation(endpoint, body)
-    return "\n".join(turn["content"] for turn in turns)
+    return "\n".join([turn["content"] for turn in conversation(endpoint, body)])
 
 
 def conversation(endpoint: str, body: Mapping[str, Any]) -> list[dict[str, str]]:

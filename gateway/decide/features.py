@@ -22,6 +22,7 @@ from gateway.errors import InvalidRequest
 from gateway.policy.features import Defaults, Features
 
 CHARS_PER_TOKEN = 4  # rough BPE average for English text and code
+_PLAIN_TEXT: tuple[Any, ...] = (None, {}, {"type": "text"})  # `response_format` values that ask for nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,7 @@ def extract_features(
         max_tokens = _field(body, name, _positive_int)
         if max_tokens is not None:
             break
+    get = body.get
     return Features(
         endpoint=endpoint,
         model=_field(body, "model", _string),
@@ -101,9 +103,9 @@ def extract_features(
         n=_field(body, "n", _positive_int, 1),
         prompt_chars=len(prompt_text),
         prompt_tokens=prompt_tokens,
-        tools=bool(body.get("tools")) or bool(body.get("functions")),
-        response_format=body.get("response_format") not in (None, {}, {"type": "text"}),
-        logprobs=bool(body.get("logprobs")) or bool(body.get("top_logprobs")),
+        tools=bool(get("tools")) or bool(get("functions")),
+        response_format=get("response_format") not in _PLAIN_TEXT,
+        logprobs=bool(get("logprobs")) or bool(get("top_logprobs")),
         domain=domain_override or classify(prompt_text),
         route=route_override,
         load=load,
