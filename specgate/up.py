@@ -32,7 +32,7 @@ from backends.ports import PortHeld, check_free
 SERVED_MODEL = "smollm2"
 SPECULATIVE_PORT, STANDARD_PORT = 8001, 8002
 VLLM_CPU_ARGS = ("--dtype", "float32", "--max-model-len", "2048")  # float32: greedy stays exact
-DEFAULT_SPECULATIVE_PROFILE = "speculative-ngram"
+DEFAULT_SPECULATIVE_PROFILE = "speculative-eagle3-local"  # ahead of n-gram on every class (docs/drafts.md)
 START_TIMEOUT_S = 900.0
 BACKEND_GRACE_S = 15.0  # SIGTERM to SIGKILL
 GATEWAY_DRAIN_S = 10.0  # the gateway's own drain; its grace is 5 s longer

@@ -29,10 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=["vllm", "bundled"], default="vllm",
                         help="backends: real vLLM CPU servers (default) or the project's own engine")
     parser.add_argument("--speculative-profile", default=DEFAULT_SPECULATIVE_PROFILE, metavar="PROFILE",
-                        help="vLLM launch profile of the speculative pool (backends/vllm/profiles.yaml), e.g. "
-                        "speculative-eagle3-local: the EAGLE-3 head shipped for SmolLM2-135M-Instruct, or "
-                        "dynamic-ngram: n-gram drafts only while the batch is small "
-                        "(default: %(default)s; --engine vllm only)")
+                        help="vLLM launch profile of the speculative pool (backends/vllm/profiles.yaml): the "
+                        "default drafts with the EAGLE-3 head shipped for SmolLM2-135M-Instruct; e.g. "
+                        "speculative-ngram: prompt lookup, no draft weights, or dynamic-ngram: n-gram drafts "
+                        "only while the batch is small (default: %(default)s; --engine vllm only)")
     parser.add_argument("--port", type=int, default=8080, help="gateway port (default: %(default)s)")
     parser.add_argument("--policy", type=Path, help="policy (default: policies/default.yaml, its pools pointed "
                         "at --backend-ports, the speculative one stated dynamic with its schedule under a dynamic "

@@ -1,5 +1,5 @@
-"""End to end on real vLLM: two vLLM CPU servers (n-gram speculative and
-standard) serving the packaged SmolLM2-135M-Instruct, and the gateway in front,
+"""End to end on real vLLM: two vLLM CPU servers (speculative, drafting with the
+shipped EAGLE-3 head, and standard) serving the packaged SmolLM2-135M-Instruct, and the gateway in front,
 started with `specgate up`'s own start-up code. The official openai client
 talks to the gateway. Slow (vLLM loads for a minute or two): one stack per module.
 """

@@ -27,7 +27,7 @@ def rendered_config(profile: str = PROFILE) -> dict:
 
 def test_placeholder_renders_to_the_shipped_head():
     config = rendered_config()
-    assert config["method"] == "eagle3" and config["num_speculative_tokens"] == 3
+    assert config["method"] == "eagle3" and config["num_speculative_tokens"] == 2
     head = Path(config["model"])
     assert head == ROOT / "backends" / "engine" / "eagle3" / "shipped" / "smollm2-135m-instruct"
     assert (head / "config.json").is_file() and (head / "model.safetensors").is_file()
@@ -71,13 +71,13 @@ def test_a_missing_head_is_a_clear_start_error(monkeypatch, tmp_path):
         vllm_backends(tmp_path, tmp_path, (1, 2), speculative_profile=PROFILE)
 
 
-def test_up_chooses_the_speculative_profile(tmp_path):
-    spec, std = vllm_backends(tmp_path, tmp_path, (8001, 8002), python="python3", speculative_profile=PROFILE)
+def test_up_drafts_with_the_shipped_head_unless_told_otherwise(tmp_path):
+    spec, std = vllm_backends(tmp_path, tmp_path, (8001, 8002), python="python3")
     config = json.loads(spec.argv[spec.argv.index("--speculative-config") + 1])
     assert config["method"] == "eagle3" and Path(config["model"]) == heads.shipped_eagle3_head()
     assert "--speculative-config" not in std.argv
-    default, _ = vllm_backends(tmp_path, tmp_path, (8001, 8002), python="python3")
-    assert '"method": "ngram"' in default.argv[default.argv.index("--speculative-config") + 1]
+    ngram, _ = vllm_backends(tmp_path, tmp_path, (8001, 8002), "python3", speculative_profile="speculative-ngram")
+    assert '"method": "ngram"' in ngram.argv[ngram.argv.index("--speculative-config") + 1]
     for wrong in ("standard", "no-such-profile"):
         with pytest.raises(StartError, match="choose one of: .*speculative-eagle3-local"):
             vllm_backends(tmp_path, tmp_path, (8001, 8002), speculative_profile=wrong)
@@ -87,7 +87,7 @@ def test_up_chooses_the_speculative_profile(tmp_path):
 def test_up_help_names_the_local_eagle3_profile():
     out = subprocess.run([sys.executable, "-m", "specgate.cli", "up", "--help"], cwd=ROOT, capture_output=True,
                          text=True, check=True, env={**os.environ, "COLUMNS": "300"}).stdout  # one line each
-    assert "--speculative-profile" in out and "speculative-eagle3-local" in out
+    assert "--speculative-profile" in out and "(default: speculative-eagle3-local;" in out
 
 
 def test_up_points_the_default_policy_at_its_backends_and_states_a_dynamic_profiles_schedule(tmp_path):
