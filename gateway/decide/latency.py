@@ -204,7 +204,7 @@ class LatencyModel:
         last = self._last
         first = load.bit_length() if load > 0 else 0  # load_bucket(load), load_bucket(load + 1), inline
         ttft, ttft_var, ttft_seen = pair.ttft.read(first if first < last else last, keep)
-        here = (load + 1).bit_length()
+        here = (load + 1).bit_length() if load >= 0 else 0
         here = here if here < last else last
         step, step_var, tpot_seen = pair.tpot.read(here, keep)
         there = here + 1  # the slope: from this bucket to the next (the last: from the one before)
