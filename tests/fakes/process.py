@@ -4,6 +4,7 @@ and the two helpers any test that runs a project module as a process needs."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -18,9 +19,33 @@ from backends.serving.server import bind_socket
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+LOWEST_PORT = 10000  # below it: the well-known and registered ports services use (8080, 9090, ...)
+_PORTS = random.SystemRandom()  # not the `random` module's state, which a test may seed
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now, outside the kernel's ephemeral range. A port from that range can
+    be taken, before the server handed it binds it, by any process's outgoing connection
+    or port-0 bind: vLLM makes many in the minutes it loads, and once a gateway started
+    after it found its port in use. Where no such range can be read or none lies below
+    it, the kernel's choice."""
+    below = _ephemeral_start()
+    for _ in range(100 if below > LOWEST_PORT else 0):
+        port = _PORTS.randrange(LOWEST_PORT, below)
+        try:
+            with bind_socket(host, port):
+                return port
+        except OSError:
+            continue
     with bind_socket(host, 0) as sock:
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def spawn_module(module: str, *args: str, **popen: Any) -> subprocess.Popen[bytes]:
