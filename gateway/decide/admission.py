@@ -35,7 +35,8 @@ in as it is (holding never refuses; the 429 and 503 of a pool at its
 in-flight limit are the queue's).
 
 Pure functions of the decision: nothing unless a pool states an objective,
-then one bisection of the model per loaded candidate.
+then one read of the model's curve per loaded candidate (a search, from the
+last room found, only where it is past its room).
 """
 
 from __future__ import annotations
