@@ -39,18 +39,24 @@ class RawSseBackend:
 
     def _answer(self, conn: socket.socket) -> None:
         with conn:
-            if conn.recv(65536).startswith(b"GET"):
-                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
-                return
-            if self.answer is not None:
-                conn.sendall(self.answer)
-                return
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-            for part in self.events:
-                conn.sendall(b"%x\r\n%s\r\n" % (len(part), part))
-            time.sleep(self.pause_s)
-            if self.finish:
-                try:
-                    conn.sendall(b"0\r\n\r\n")
-                except OSError:  # the gateway has gone already
-                    pass
+            try:
+                self._respond(conn)
+            except OSError:  # the peer left: a server shrugs, as uvicorn does
+                pass
+
+    def _respond(self, conn: socket.socket) -> None:
+        request = conn.recv(65536)
+        if not request:  # connected and left without a word
+            return
+        if request.startswith(b"GET"):
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
+            return
+        if self.answer is not None:
+            conn.sendall(self.answer)
+            return
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        for part in self.events:
+            conn.sendall(b"%x\r\n%s\r\n" % (len(part), part))
+        time.sleep(self.pause_s)
+        if self.finish:
+            conn.sendall(b"0\r\n\r\n")
