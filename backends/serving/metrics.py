@@ -114,6 +114,11 @@ class VllmMetrics:
             "Histogram of inter-token latency in seconds.",
             INTER_TOKEN_LATENCY_BUCKETS,
         )
+        self.request_time_per_output_token = series.histogram(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            INTER_TOKEN_LATENCY_BUCKETS,
+        )
         self.e2e_request_latency = series.histogram(
             "vllm:e2e_request_latency_seconds",
             "Histogram of e2e request latency in seconds.",
@@ -205,6 +210,10 @@ class VllmMetrics:
                 self.time_to_first_token.observe(ttft_seconds)
             for gap in inter_token_seconds:
                 self.inter_token_latency.observe(gap)
+            # vLLM's mean_time_per_output_token: the decode time over the tokens after the first, else 0
+            decode_tokens = generation_tokens - 1
+            self.request_time_per_output_token.observe(
+                sum(inter_token_seconds) / decode_tokens if decode_tokens > 0 else 0.0)
 
     def render(self, accept: str = "") -> tuple[bytes, str]:
         """The exposition and its content type, negotiated from an `Accept`

@@ -53,7 +53,9 @@ class GuardSpec(Strict):
     speculative: SpeculativeGuardSpec = SpeculativeGuardSpec()
     stale_after_s: float | None = Field(default=None, gt=0)  # unreadable this long: fall back (off: never)
     baseline_file: str | None = None  # `specgate baseline record` output; else the standard pool
-    latency_metric: Literal["itl", "e2e", "tpot"] = "itl"
+    # tpot: each answer's time per output token. vLLM's itl is one sample per engine step, and a
+    # drafting step is longer and yields several tokens, so itl reads a paying draft as a regression
+    latency_metric: Literal["itl", "e2e", "tpot"] = "tpot"
     queries: dict[GuardQuery, str] = {}  # PromQL overrides; $selector, $window, $pool expand
     target: TargetSpec = TargetSpec()
     classes: ClassGuardSpec = ClassGuardSpec()

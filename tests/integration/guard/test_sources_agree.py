@@ -47,7 +47,7 @@ def test_scrape_and_prometheus_sources_agree(fakes, prometheus):
         a, b = scraped[pool], queried[pool]
         assert set(a.endpoints) == set(b.endpoints) and len(a.endpoints) == 1
         assert a.volume_tokens == pytest.approx(b.volume_tokens, rel=0.2)
-        for name in ("itl_p95", "e2e_p95"):
+        for name in ("itl_p95", "tpot_p95", "e2e_p95"):
             assert getattr(a, name) is not None and getattr(a, name) == pytest.approx(getattr(b, name), rel=0.05)
         assert (a.running, a.waiting) == (b.running, b.waiting)
     a, b = scraped["speculative"], queried["speculative"]

@@ -29,6 +29,7 @@ VLLM_GAUGES = ("num_requests_running", "num_requests_waiting")
 VLLM_HISTOGRAMS = (
     "e2e_request_latency_seconds",
     "inter_token_latency_seconds",
+    "request_time_per_output_token_seconds",
     "time_to_first_token_seconds",
 )
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")

@@ -31,10 +31,10 @@ class FakeClock:
         self.now += seconds
 
 
-def signals(acceptance: float | None = 0.8, volume: float = 1000.0, itl: float | None = 0.02,
+def signals(acceptance: float | None = 0.8, volume: float = 1000.0, tpot: float | None = 0.02,
             running: float | None = 1, waiting: float | None = 0) -> PoolSignals:
     return PoolSignals(acceptance_rate=acceptance, mean_accepted_length=None, per_position=(),
-                       volume_tokens=volume, itl_p95=itl, e2e_p95=None, tpot_p95=None,
+                       volume_tokens=volume, itl_p95=None, e2e_p95=None, tpot_p95=tpot,
                        running=running, waiting=waiting)
 
 
@@ -49,7 +49,7 @@ class FakeSource:
         self.reads.append([t.pool for t in targets])
         if self.error is not None:
             raise SignalError(self.error)
-        return {t.pool: self.next.get(t.pool, signals(acceptance=None, volume=0, itl=None)) for t in targets}
+        return {t.pool: self.next.get(t.pool, signals(acceptance=None, volume=0, tpot=None)) for t in targets}
 
 
 def make_policy(**guard) -> Policy:

@@ -67,7 +67,7 @@ def test_recovers_with_hysteresis_and_not_before_min_hold(rig_for):
 
 def test_latency_regression_against_the_standard_pool(rig_for):
     rig = rig_for()
-    fast, slow = signals(0.8, itl=0.020), signals(0.8, itl=0.030)  # 50 % over 0.020
+    fast, slow = signals(0.8, tpot=0.020), signals(0.8, tpot=0.030)  # 50 % over 0.020
     for _ in range(3):
         rig.check(slow, std=fast)
     assert not rig.enabled
@@ -79,8 +79,22 @@ def test_latency_regression_against_the_standard_pool(rig_for):
 def test_latency_within_the_limit_is_no_regression(rig_for):
     rig = rig_for()
     for _ in range(5):
-        rig.check(signals(0.8, itl=0.023), std=signals(0.8, itl=0.020))  # 15 %
+        rig.check(signals(0.8, tpot=0.023), std=signals(0.8, tpot=0.020))  # 15 %
     assert rig.enabled
+
+
+def test_a_draft_whose_steps_are_longer_but_whose_tokens_are_faster_is_no_regression(rig_for):
+    # vLLM's itl is one sample per engine step: a drafting step is longer and yields several
+    # tokens, so its itl p95 is above a plain pool's while each answer's time per token is below
+    drafting = dataclasses.replace(signals(0.8, tpot=0.015), itl_p95=0.030)
+    plain = dataclasses.replace(signals(None, volume=0, tpot=0.020), itl_p95=0.020)
+    by_default, by_steps = rig_for(), rig_for(latency_metric="itl")
+    for _ in range(3):
+        by_default.check(drafting, std=plain)
+        by_steps.check(drafting, std=plain)
+    assert by_default.enabled
+    assert by_default.guard.status()["pools"]["speculative"]["latency"]["regression_pct"] == pytest.approx(-25)
+    assert not by_steps.enabled  # the per-step reading would have turned a paying draft off
 
 
 def write_baseline(path: Path) -> None:
@@ -98,7 +112,7 @@ def test_latency_regression_against_a_recorded_baseline(rig_for, tmp_path):
     slow = signals(0.8)
     slow = type(slow)(**{**slow.__dict__, "e2e_p95": 2.6})  # 30 % over the recorded 2.0 s
     for _ in range(3):
-        rig.check(slow, std=signals(0.8, itl=1.0))
+        rig.check(slow, std=signals(0.8, tpot=1.0))
     assert not rig.enabled
     assert rig.guard.status()["pools"]["speculative"]["latency"]["baseline_s"] == 2.0
 
@@ -212,7 +226,7 @@ def test_probe_share_while_off_and_manual_overrides(rig_for):
 
 def test_status_shape(rig_for):
     rig = rig_for()
-    rig.check(signals(0.8, running=2, waiting=1), std=signals(None, volume=0, itl=0.02))
+    rig.check(signals(0.8, running=2, waiting=1), std=signals(None, volume=0, tpot=0.02))
     status = rig.guard.status()
     assert {"enabled", "source", "up", "error", "checks", "interval_s", "window", "since_last_read_s",
             "pools"} <= set(status)
@@ -247,9 +261,9 @@ NAN, INF = float("nan"), float("inf")
 
 
 @pytest.mark.parametrize("bad", [
-    signals(NAN, volume=NAN, itl=NAN, running=NAN, waiting=NAN),
-    signals(INF, volume=INF, itl=INF, running=INF, waiting=-INF),
-    signals(-INF, volume=1000, itl=-INF, running=None, waiting=INF),
+    signals(NAN, volume=NAN, tpot=NAN, running=NAN, waiting=NAN),
+    signals(INF, volume=INF, tpot=INF, running=INF, waiting=-INF),
+    signals(-INF, volume=1000, tpot=-INF, running=None, waiting=INF),
 ], ids=["nan", "inf", "mixed"])
 def test_numbers_that_are_not_numbers_hold_and_serialise(rig_for, bad):
     rig = rig_for(speculative={"trip_after": 1, "recover_after": 1, "min_hold_s": 0})
