@@ -5,7 +5,8 @@ latency, load) from its source and judges them:
 
     bad     acceptance < trip_below, or latency more than latency_regression_pct
             above the baseline (the standard pool's p95, or a recorded file)
-    good    acceptance > recover_above and no latency regression
+    good    acceptance > recover_above, or at least trip_below with latency
+            under the baseline (the draft measurably pays); no regression
     hold    fewer than min_draft_tokens in the window: counts for nothing
 
 `trip_after` bad checks in a row turn the pool's guard verdict off;
@@ -221,9 +222,10 @@ class Guard:
             state.verdict = "hold"  # thin data: neither counts nor breaks a streak
             return
         slow = regression is not None and regression > g.latency_regression_pct
+        faster = regression is not None and regression < 0
         if acceptance < g.accept_rate.trip_below or slow:
             state.verdict, state.bad, state.good = "bad", state.bad + 1, 0
-        elif acceptance > g.accept_rate.recover_above:
+        elif acceptance > g.accept_rate.recover_above or faster:
             state.verdict, state.bad, state.good = "good", 0, state.good + 1
         else:
             state.verdict, state.bad, state.good = "neutral", 0, 0
@@ -242,8 +244,12 @@ class Guard:
             self._flip(name, state, False, reason, {**evidence, "checks": state.bad}, now)
         elif (not flag.guard_enabled and state.good >= g.recover_after
               and now - state.last_flip >= g.min_hold_s):
-            reason = (f"recovered: acceptance {acceptance:.3f} > {g.accept_rate.recover_above} "
-                      f"for {state.good} checks")
+            if acceptance > g.accept_rate.recover_above or regression is None:
+                reason = (f"recovered: acceptance {acceptance:.3f} > {g.accept_rate.recover_above} "
+                          f"for {state.good} checks")
+            else:
+                reason = (f"recovered: {spec.latency_metric} p95 {current:.4f}s is {-regression:.1f}% under "
+                          f"the baseline {baseline_s:.4f}s at acceptance {acceptance:.3f} for {state.good} checks")
             self._flip(name, state, True, reason, {**evidence, "checks": state.good}, now)
 
     def _note_matched(self, name: str, state: PoolState, signals: PoolSignals, spec: GuardSpec) -> None:

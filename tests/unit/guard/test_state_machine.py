@@ -97,6 +97,23 @@ def test_a_draft_whose_steps_are_longer_but_whose_tokens_are_faster_is_no_regres
     assert not by_steps.enabled  # the per-step reading would have turned a paying draft off
 
 
+def test_a_draft_between_the_thresholds_recovers_when_its_tokens_are_faster(rig_for):
+    # Tripped on hot sampling; then greedy traffic: acceptance 0.45 is under recover_above,
+    # but each answer's tokens come faster than on the standard pool, so the draft pays
+    faster, level = rig_for(), rig_for()
+    for rig in (faster, level):
+        for _ in range(3):
+            rig.check(LOW)
+        assert not rig.enabled
+    for _ in range(5):
+        faster.check(signals(0.45, tpot=0.015), std=signals(None, volume=0, tpot=0.020), advance=15)
+        level.check(signals(0.45, tpot=0.021), std=signals(None, volume=0, tpot=0.020), advance=15)
+    assert faster.enabled
+    assert faster.flags.get("speculative").reason.startswith("recovered: tpot p95 0.0150s is 25.0% under")
+    assert not level.enabled  # 5 % slower, within the limit: neither bad nor good
+    assert level.guard.status()["pools"]["speculative"]["verdict"] == "neutral"
+
+
 def write_baseline(path: Path) -> None:
     """A baseline as `specgate baseline record` writes it: e2e p95 2.0 s."""
     path.write_text(json.dumps({
