@@ -71,7 +71,7 @@ def test_required_alerts_exist_with_their_windows(alert_rules):
         for rule in alerts[name]:
             assert (rule["for"], rule["labels"]["severity"]) == (window, severity)
     latency = {r["labels"]["latency"] for r in alerts["SpeculativeLatencyRegression"]}
-    assert latency == {"inter_token", "e2e"}
+    assert latency == {"time_per_output_token", "e2e"}
 
 
 def test_every_backend_job_labels_its_pool():
