@@ -25,7 +25,7 @@ masked token.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,12 @@ def read_records(directory: str | Path) -> Iterator[Record]:
                 yield Record.from_json(json.loads(line))
             except (ValueError, KeyError, TypeError) as exc:
                 raise ValueError(f"{RECORDS}:{number}: {exc}") from None
+
+
+def read_datasets(directories: str | Path | Sequence[str | Path]) -> Iterator[Record]:
+    """The records of one dataset directory, or of several one after another."""
+    for directory in [directories] if isinstance(directories, str | Path) else directories:
+        yield from read_records(directory)
 
 
 def write_dataset(directory: str | Path, records: list[Record], tokenizer: str) -> dict[str, Any]:

@@ -5,6 +5,7 @@ Imported only when a head is trained, so the CLI starts without torch."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -22,20 +23,24 @@ from specgate.draft.train import TrainOptions
 def draft_vocabulary(records: list[features.FeatureRecord], size: int, vocab_size: int) -> torch.Tensor:
     """The `size` target ids the responses use most (the target's greedy
     tokens on response positions), ties broken by id; sorted by id."""
-    counts = torch.zeros(vocab_size, dtype=torch.long)
+    counts = torch.zeros(vocab_size, dtype=torch.long, device=records[0].argmax.device if records else "cpu")
     for record in records:
         mask = record.loss_mask[1:]
         counts += torch.bincount(record.argmax[:-1][mask], minlength=vocab_size)
-    order = sorted(range(vocab_size), key=lambda i: (-int(counts[i]), i))
+    counted = counts.tolist()
+    order = sorted(range(vocab_size), key=lambda i: (-counted[i], i))
     return torch.tensor(sorted(order[:size]), dtype=torch.long)
 
 
 def make_batch(records: list[features.FeatureRecord]) -> Batch:
+    """The records padded into one batch, features in float32, on the records' device."""
     length = max(len(r.input_ids) for r in records)
     width = records[0].features.shape[1]
-    batch = Batch(torch.zeros(len(records), length, width), torch.zeros(len(records), length, dtype=torch.long),
-                  torch.zeros(len(records), length, dtype=torch.long),
-                  torch.zeros(len(records), length, dtype=torch.bool))  # fmt: skip
+    device = records[0].features.device
+    batch = Batch(torch.zeros(len(records), length, width, device=device),
+                  torch.zeros(len(records), length, dtype=torch.long, device=device),
+                  torch.zeros(len(records), length, dtype=torch.long, device=device),
+                  torch.zeros(len(records), length, dtype=torch.bool, device=device))  # fmt: skip
     for row, record in enumerate(records):
         n = len(record.input_ids)
         batch.features[row, :n] = record.features
@@ -116,34 +121,36 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def ensure_features(data: Path, feature_dir: Path, model_dir: Path, options: TrainOptions,
+def ensure_features(data: Path | Sequence[Path], feature_dir: Path, model_dir: Path, options: TrainOptions,
                     progress: bool, device: torch.device | str = "cpu") -> dict[str, Any]:
-    """The feature directory for `data`, computed with the target unless already there."""
+    """The feature directory for `data` (one dataset, or several read one after
+    another), computed with the target unless already there."""
     if (feature_dir / features.MANIFEST).is_file():
         return features.read_manifest(feature_dir)
     from backends.engine.eagle3.head import default_layer_ids
-    from specgate.draft.dataset import read_records
+    from specgate.draft.dataset import read_datasets
 
     model = features.load_target(model_dir, device)
     layers = default_layer_ids(int(model.config.num_hidden_layers))
-    return features.extract(model, read_records(data), feature_dir, layer_ids=layers,
+    return features.extract(model, read_datasets(data), feature_dir, layer_ids=layers,
                             model_name=model_dir.name, holdout_share=options.holdout,
-                            max_tokens=options.max_tokens, progress=progress)  # fmt: skip
+                            max_tokens=options.max_tokens, batch_tokens=options.batch_tokens,
+                            progress=progress)  # fmt: skip
 
 
 Records = list[features.FeatureRecord]
 
 
-def _split(data: Path, out: Path, feature_dir: Path, model_dir: Path, options: TrainOptions, progress: bool,
-           held_out_data: Path | None) -> tuple[dict[str, Any], Records, Records]:
+def _split(data: Path | Sequence[Path], out: Path, feature_dir: Path, model_dir: Path, options: TrainOptions,
+           progress: bool, held_out_data: Path | None) -> tuple[dict[str, Any], Records, Records]:
     device = resolve_device(options.device)
     manifest = ensure_features(data, feature_dir, model_dir, options, progress, device)
-    records = list(features.read_features(feature_dir))
+    records = list(features.read_features(feature_dir, device))  # on a GPU, batches are built there
     if held_out_data is None:
         train_set, held_out = [r for r in records if not r.holdout], [r for r in records if r.holdout]
     else:
         ensure_features(held_out_data, out / "features-held-out", model_dir, options, progress, device)
-        train_set, held_out = records, list(features.read_features(out / "features-held-out"))
+        train_set, held_out = records, list(features.read_features(out / "features-held-out", device))
     if options.max_records is not None:
         train_set, held_out = train_set[: options.max_records], held_out[: options.max_records]
     if not train_set or not held_out:
@@ -152,10 +159,11 @@ def _split(data: Path, out: Path, feature_dir: Path, model_dir: Path, options: T
     return manifest, train_set, held_out
 
 
-def train(data: Path, out: Path, model_dir: Path, options: TrainOptions, feature_dir: Path | None = None,
-          progress: bool = True, held_out_data: Path | None = None, stop_after: int | None = None,
-          time_limit_s: float | None = None) -> dict[str, Any]:
-    """The whole run; returns what training.json holds. With `held_out_data`
+def train(data: Path | Sequence[Path], out: Path, model_dir: Path, options: TrainOptions,
+          feature_dir: Path | None = None, progress: bool = True, held_out_data: Path | None = None,
+          stop_after: int | None = None, time_limit_s: float | None = None) -> dict[str, Any]:
+    """The whole run; returns what training.json holds. `data` is a dataset
+    directory or several, which train together. With `held_out_data`
     (a second dataset), all of `data` trains and that one is validated and
     evaluated; otherwise a `--holdout` share of `data` is kept apart by record
     id. `stop_after` steps end this call early (the run resumes from its

@@ -1,7 +1,8 @@
 """`specgate draft train`: an EAGLE-3 head from a draft dataset.
 
-1. Features: the target runs once over the dataset (`specgate.draft.features`);
-   a feature directory that already holds them is reused.
+1. Features: the target runs once over the dataset, or several datasets
+   (`specgate.draft.features`); a feature directory that already holds them is
+   reused.
 2. Draft vocabulary: the most frequent target tokens of the training split's
    responses (`--draft-vocab`); the lm head starts from the target's rows.
 3. Training: training-time test over `--ttt-steps` draft steps (later steps
@@ -26,7 +27,9 @@ from specgate.draft.train import TrainOptions
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = TrainOptions()
-    parser.add_argument("--data", required=True, help="dataset directory written by `specgate draft data`")
+    parser.add_argument("--data", required=True, nargs="+", metavar="DIR",
+                        help="dataset directory written by `specgate draft data`, or several that train together "
+                             "(generated and captured prompts, say)")
     parser.add_argument("--out", required=True, help="output directory: the head, eval.json, plots")
     parser.add_argument("--model", help="target model folder (default: the prepared SmolLM2-135M-Instruct)")
     parser.add_argument("--features", help="feature directory to reuse or fill (default: OUT/features)")
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     model_dir = Path(args.model).expanduser() if args.model else prepare()
-    summary = train(Path(args.data), Path(args.out), model_dir, options,
+    summary = train([Path(d) for d in args.data], Path(args.out), model_dir, options,
                     Path(args.features) if args.features else None, progress=not args.no_progress,
                     held_out_data=Path(args.held_out_data) if args.held_out_data else None,
                     stop_after=args.stop_after, time_limit_s=args.time_limit)  # fmt: skip

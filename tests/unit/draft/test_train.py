@@ -38,13 +38,13 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def write_dataset(directory: Path, count: int = 40) -> Path:
-    """Conversations: a prompt of random tokens, then an answer that counts up
-    from a token the prompt names (so it can be learnt)."""
+    """Conversations: a prompt of random tokens (8 to 15 of them), then an
+    answer that counts up from a token the prompt names (so it can be learnt)."""
     generator = torch.Generator().manual_seed(1)
     directory.mkdir(parents=True, exist_ok=True)
     lines = []
     for index in range(count):
-        prompt = torch.randint(4, VOCAB, (12,), generator=generator).tolist()
+        prompt = torch.randint(4, VOCAB, (8 + index % 8,), generator=generator).tolist()
         start = prompt[-1]
         answer = [(start + i) % (VOCAB - 4) + 4 for i in range(20)]
         ids = [1, *prompt, 2, *answer, 3]
@@ -106,6 +106,36 @@ def test_the_loss_ignores_the_targets_of_prompt_tokens(tiny_model: Path, tmp_pat
     response_labels = torch.zeros_like(batch.loss_mask)
     response_labels[:, :-1] = batch.loss_mask[:, 1:]
     assert loss(torch.where(response_labels, (batch.argmax + 7) % VOCAB, batch.argmax)) != pytest.approx(base)
+
+
+def test_batched_features_are_those_of_one_record_at_a_time_in_the_records_order(tiny_model: Path,
+                                                                                 tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    data = write_dataset(tmp_path / "data", count=24)
+    from specgate.draft.dataset import read_records
+
+    model = features.load_target(tiny_model)
+    for name, budget in (("alone", 1), ("batched", 256)):
+        features.extract(model, read_records(data), tmp_path / name, layer_ids=(2, 3, 3), model_name="tiny",
+                         batch_tokens=budget, shard_records=4, progress=False)  # fmt: skip
+    alone = list(features.read_features(tmp_path / "alone"))
+    batched = list(features.read_features(tmp_path / "batched"))
+    assert [r.input_ids.tolist() for r in batched] == [r.input_ids.tolist() for r in alone]
+    assert [r.input_ids.tolist() for r in alone] == [r.input_ids for r in read_records(data)]
+    assert len({len(r.input_ids) for r in alone}) == 8  # lengths differ, so batches were padded
+    for one, many in zip(alone, batched, strict=True):
+        assert torch.equal(one.argmax, many.argmax) and torch.equal(one.loss_mask, many.loss_mask)
+        assert torch.allclose(one.features.float(), many.features.float(), atol=2e-3)
+        assert one.features.dtype == torch.float16
+
+
+def test_several_datasets_train_together(tiny_model: Path, tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    first, second = write_dataset(tmp_path / "first", count=6), write_dataset(tmp_path / "second", count=12)
+    held = write_dataset(tmp_path / "held", count=4)
+    options = TrainOptions(steps=2, ttt_steps=2, draft_vocab=48, batch_tokens=128)
+    summary = train([first, second], tmp_path / "head", tiny_model, options, progress=False, held_out_data=held)
+    assert summary["train_records"] == 18 and summary["features"]["records"] == 18
 
 
 def test_a_second_dataset_is_the_held_out_set(tiny_model: Path, tmp_path: Path) -> None:
