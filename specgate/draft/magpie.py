@@ -11,7 +11,9 @@ project, so it is a source independent of `specgate.draft.corpus`.
 
 A sampled turn is kept when it ends (the token the template writes after a
 user's text, within `--max-new-tokens`), is 16 to 2,000 characters long, holds no template
-marker, and is not a repeat (case and spacing ignored). Rows have the shape
+marker, and is not a repeat (case and spacing ignored), of this run or of the
+files `--exclude` names (another seed's turns, so that a held-out seed shares
+none with training). Rows have the shape
 of `python -m specgate.draft.corpus.build`'s, with `"source": "magpie"`.
 """
 
@@ -46,11 +48,27 @@ def usable(text: str, ended: bool, markers: tuple[str, ...]) -> bool:
     return ended and MIN_CHARS <= len(text) <= MAX_CHARS and not any(m in text for m in markers)
 
 
+def turn_key(text: str) -> str:
+    """What makes two turns the same one: case and spacing ignored."""
+    return " ".join(text.lower().split())
+
+
+def known_turns(paths: list[Path]) -> set[str]:
+    """The keys of the last message of every row of these prompts JSONL files."""
+    keys = set()
+    for path in paths:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                keys.add(turn_key(json.loads(line)["messages"][-1]["content"]))
+    return keys
+
+
 def sample(model: Any, tokenizer: Any, count: int, batch_size: int = 64, max_new_tokens: int = 128,
            temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, progress: bool = True,
-           time_limit_s: float | None = None) -> Iterator[str]:
-    """Up to `count` distinct user turns (gives up after 4x `count` draws, and
-    draws no batch past `time_limit_s` seconds)."""
+           time_limit_s: float | None = None, exclude: set[str] | None = None) -> Iterator[str]:
+    """Up to `count` distinct user turns, none of them one of `exclude` (keys of
+    `turn_key`); gives up after 4x `count` draws, and draws no batch past
+    `time_limit_s` seconds."""
     import time
 
     import torch
@@ -61,6 +79,7 @@ def sample(model: Any, tokenizer: Any, count: int, batch_size: int = 64, max_new
     markers = tuple(str(t) for t in tokenizer.all_special_tokens if t) + ("<|im_start|>", "<|im_end|>")
     torch.manual_seed(seed)
     seen: set[str] = set()
+    excluded = exclude or set()
     drawn, started = 0, time.monotonic()
     with tqdm(total=count, desc="magpie", unit="prompt", disable=not progress) as bar:
         while len(seen) < count and drawn < 4 * count:
@@ -75,8 +94,8 @@ def sample(model: Any, tokenizer: Any, count: int, batch_size: int = 64, max_new
             for row in out[:, len(start):].tolist():
                 ended = end in row
                 text = tokenizer.decode(row[: row.index(end)] if ended else row, skip_special_tokens=False).strip()
-                key = " ".join(text.lower().split())
-                if usable(text, ended, markers) and key not in seen and len(seen) < count:
+                key = turn_key(text)
+                if usable(text, ended, markers) and key not in seen and key not in excluded and len(seen) < count:
                     seen.add(key)
                     bar.update(1)
                     yield text
@@ -95,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="where the target runs: cpu, cuda, cuda:N")
     parser.add_argument("--time-limit", type=float, metavar="SECONDS",
                         help="draw no batch after this many seconds of sampling; keeps what it has")
+    parser.add_argument("--exclude", nargs="+", type=Path, default=[], metavar="PROMPTS",
+                        help="prompts JSONL files whose turns are not written again (another seed's, say, so a "
+                             "held-out seed shares no turn with training)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if min(args.count, args.batch_size, args.max_new_tokens) < 1:
@@ -113,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [{"class": traffic_class(text), "source": SOURCE, "messages": [{"role": "user", "content": text}]}
             for text in sample(model, tokenizer, args.count, args.batch_size, args.max_new_tokens, args.temperature,
                                args.top_p, args.seed, progress=not args.no_progress,
-                               time_limit_s=args.time_limit)]
+                               time_limit_s=args.time_limit, exclude=known_turns(args.exclude))]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     staging = args.out.with_name(f".{args.out.name}.tmp")
     staging.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")

@@ -55,6 +55,15 @@ def test_kept_turns_ended_distinct_long_enough_and_free_of_template_markers() ->
     assert model.calls[0]["eos_token_id"] == END and model.calls[0]["do_sample"] is True
 
 
+def test_a_turn_another_file_holds_is_not_written_again(tmp_path) -> None:
+    earlier = tmp_path / "earlier.jsonl"
+    earlier.write_text('{"messages": [{"role": "user", "content": "Word10  WORD11 word12 word13"}]}\n\n')
+    model = Model([[10, 11, 12, 13, END], [50, 51, 52, 53, END]])
+    got = list(magpie.sample(model, Tokenizer(), count=1, batch_size=2, progress=False,
+                             exclude=magpie.known_turns([earlier])))  # fmt: skip
+    assert got == ["word50 word51 word52 word53"]
+
+
 def test_sampling_gives_up_after_four_times_the_draws_asked_for() -> None:
     model = Model([[20, 21, 22, 23, 24]] * 16)
     assert list(magpie.sample(model, Tokenizer(), count=2, batch_size=2, progress=False)) == []
