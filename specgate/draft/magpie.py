@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from backends.chat_template import end_of_turn, opening
+from specgate.draft import prompts
 
 SOURCE = "magpie"
 MIN_CHARS, MAX_CHARS = 16, 2000
@@ -54,13 +55,9 @@ def turn_key(text: str) -> str:
 
 
 def known_turns(paths: list[Path]) -> set[str]:
-    """The keys of the last message of every row of these prompts JSONL files."""
-    keys = set()
-    for path in paths:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                keys.add(turn_key(json.loads(line)["messages"][-1]["content"]))
-    return keys
+    """The keys of the user's last turn of every usable prompt of these prompts
+    JSONL files (read as every prompts file is: a line that is not one is skipped)."""
+    return {turn_key(prompt.messages[-1][1]) for prompt in prompts.read(paths) if prompt is not None}
 
 
 def sample(model: Any, tokenizer: Any, count: int, batch_size: int = 64, max_new_tokens: int = 128,
@@ -123,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--count, --batch-size and --max-new-tokens must be positive")
     if args.time_limit is not None and not args.time_limit > 0:
         raise SystemExit("--time-limit must be a positive number of seconds")
+    if missing := [str(path) for path in args.exclude if not path.is_file()]:
+        raise SystemExit(f"--exclude: no such file: {', '.join(missing)}")
     os.environ["HF_HUB_OFFLINE"] = "1"
     from transformers import AutoTokenizer
 

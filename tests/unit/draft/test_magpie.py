@@ -57,7 +57,8 @@ def test_kept_turns_ended_distinct_long_enough_and_free_of_template_markers() ->
 
 def test_a_turn_another_file_holds_is_not_written_again(tmp_path) -> None:
     earlier = tmp_path / "earlier.jsonl"
-    earlier.write_text('{"messages": [{"role": "user", "content": "Word10  WORD11 word12 word13"}]}\n\n')
+    earlier.write_text('{"messages": [{"role": "user", "content": "Word10  WORD11 word12 word13"}]}\n\n'
+                       '{not json\n[]\n{"messages": "no list"}\n')
     model = Model([[10, 11, 12, 13, END], [50, 51, 52, 53, END]])
     got = list(magpie.sample(model, Tokenizer(), count=1, batch_size=2, progress=False,
                              exclude=magpie.known_turns([earlier])))  # fmt: skip
