@@ -11,6 +11,17 @@ exponentially forgetting mean shrunk toward the policy's prior for the class
 (`routing.priors.acceptance`), so a draft that degrades is followed in a few
 half-lives and an unseen class starts from the playbook's matrix.
 
+Two levels, as the latency model has: a draft degrades by domain (its draft
+model has stopped predicting code), whatever the temperature, while each band
+of the domain sees few answers. So per (pool, domain) there is also the
+draft's measured rate over the prior's, from every band's answers, capped at
+1 (the playbook's bands are steeper than many drafts: a hot band accepting
+three times its prior says nothing of the greedy one); a class's estimate is
+shrunk toward its prior times that factor rather than toward the prior alone.
+A domain whose drafts collapsed is then read as collapsed in every band from
+the first few answers of any of them, where a band sent there now and then
+sat halfway between its one answer and a prior that no longer holds.
+
 It forgets on evidence, not on silence: a new answer outweighs the ones
 before it by their age, but while a class sends nothing to the pool its
 estimate stays where its last answers left it. A draft's acceptance is the
@@ -70,6 +81,7 @@ class Acceptance:
         self._decay_rate = -math.log(2) / half_life_s
         self._clock = clock
         self._pairs: OrderedDict[tuple[str, str], list[float]] = OrderedDict()  # [weight, mean, at]
+        self._domains: OrderedDict[tuple[str, str], list[float]] = OrderedDict()  # the same, of rate / prior
         self._prior: dict[str, float] = {}  # the priors' rate per class, looked up once
 
     def prior(self, cls: str) -> float:
@@ -86,29 +98,45 @@ class Acceptance:
         if rate is None:
             return
         now = self._clock()
-        key = (pool, cls)
-        pair = self._pairs.get(key)
+        prior = self.prior(cls)
+        self._follow(self._pairs, (pool, cls), rate, now)
+        self._follow(self._domains, (pool, split_class(cls)[0]), min(rate / prior, 1.0) if prior > 0 else 1.0, now)
+
+    def _follow(self, means: OrderedDict[tuple[str, str], list[float]], key: tuple[str, str], value: float,
+                now: float) -> None:
+        """One more value of `key`'s mean: the ones before it weigh by their age."""
+        pair = means.get(key)
         if pair is None:
-            pair = self._pairs[key] = [0.0, 0.0, now]
-            if len(self._pairs) > self.max_pairs:
-                self._pairs.popitem(last=False)
+            pair = means[key] = [0.0, 0.0, now]
+            if len(means) > self.max_pairs:
+                means.popitem(last=False)
         else:
-            self._pairs.move_to_end(key)
+            means.move_to_end(key)
         weight = pair[0] * math.exp(self._decay_rate * (now - pair[2])) + 1.0
-        pair[1] += (rate - pair[1]) / weight
+        pair[1] += (value - pair[1]) / weight
         pair[0], pair[2] = weight, now
 
     def rate(self, pool: str, cls: str) -> float:
-        """The estimate: the answers' weight as the last one left it, against the prior's."""
-        prior = self.prior(cls)
+        """The estimate: the class's answers against its prior times what the domain's answers
+        say of the draft (`domain_factor`), each by its weight as the last answer left it."""
+        anchor, w0 = self._prior.get(cls) or self.prior(cls), self.priors.weight
+        domain = self._domains.get((pool, cls.rpartition("/")[0] or cls))  # split_class's domain, inline
+        if domain is not None:
+            anchor *= (domain[0] * domain[1] + w0) / (domain[0] + w0)
         pair = self._pairs.get((pool, cls))
         if pair is None:
-            return prior
+            return anchor
         weight = pair[0]
+        return (weight * pair[1] + w0 * anchor) / (weight + w0)
+
+    def domain_factor(self, pool: str, domain: str) -> float:
+        """The draft's measured rate over the prior's on `domain` (at most 1), shrunk toward 1."""
+        found = self._domains.get((pool, domain))
         w0 = self.priors.weight
-        return (weight * pair[1] + w0 * prior) / (weight + w0)
+        return 1.0 if found is None else (found[0] * found[1] + w0) / (found[0] + w0)
 
     def snapshot(self) -> list[dict[str, Any]]:
         return [{"pool": pool, "class": cls, "rate": round(self.rate(pool, cls), 4), "prior": self.prior(cls),
+                 "domain_factor": round(self.domain_factor(pool, split_class(cls)[0]), 4),
                  "samples": round(pair[0], 3), "last_answer_s_ago": round(self._clock() - pair[2], 3)}
                 for (pool, cls), pair in self._pairs.items()]

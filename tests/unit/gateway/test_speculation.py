@@ -145,6 +145,30 @@ def test_silence_forgets_nothing_and_a_new_answer_outweighs_old_ones() -> None:
     assert acceptance.rate("spec", "chat/hot") == pytest.approx((0.2 + 0.15) / 2, abs=0.01)
 
 
+def test_a_domain_whose_drafts_collapsed_reads_collapsed_in_every_band() -> None:
+    """The draft model stopped predicting code: answers of one band teach the others
+    (each band of a domain sees few answers), and a band whose drafts beat its prior
+    says nothing of the others' (the playbook's bands are steeper than many drafts)."""
+    clock = Clock()
+    acceptance = Acceptance(clock=clock)
+    for cls in ("code/low", "code/mid", "code/hot"):
+        clock.now += 1.0
+        acceptance.observe("spec", cls, tokens_per_step(acceptance.prior(cls) * 0.1, 3), 3)
+    factor = acceptance.domain_factor("spec", "code")
+    assert factor < 0.4  # three answers at a tenth of their priors, against the prior's one
+    assert acceptance.rate("spec", "code/greedy") == pytest.approx(0.85 * factor)  # never answered itself
+    assert acceptance.rate("spec", "math/greedy") == 0.8  # another domain
+    assert acceptance.rate("other", "code/greedy") == 0.85  # another pool
+    for _ in range(3):
+        clock.now += 1.0
+        acceptance.observe("spec", "chat/hot", tokens_per_step(0.6, 3), 3)  # four times the prior of 0.15
+    assert acceptance.domain_factor("spec", "chat") == 1.0
+    assert acceptance.rate("spec", "chat/greedy") == 0.72
+    assert acceptance.rate("spec", "chat/hot") > 0.45  # its own answers still teach it
+    listed = {row["class"]: row for row in acceptance.snapshot()}
+    assert listed["code/low"]["domain_factor"] == pytest.approx(factor, abs=1e-4)
+
+
 SCHEDULES = {"spec": schedule_of(PoolKind.SPECULATIVE, 3), "std": schedule_of(PoolKind.STANDARD, 3),
              "dyn": schedule_of(PoolKind.DYNAMIC, 3, [[1, 7, 3], [8, 8, 0]])}
 
