@@ -1,11 +1,52 @@
-"""structlog set-up: one JSON object per line on stderr."""
+"""structlog set-up: one JSON object per line on stderr.
+
+Every line is rendered by one processor, `render_line`: the level, a UTC ISO
+8601 timestamp, a traceback where one was passed, and the JSON. The request
+line runs once per request, and structlog's chain of four processors (one
+call, one dict update and one `datetime` each) cost about twice what the line
+itself does; the line and its keys are the same as that chain wrote.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
+import time
 
 import structlog
+from structlog.processors import format_exc_info
+from structlog.typing import EventDict, WrappedLogger
+
+LEVELS = {"warn": "warning", "exception": "error"}  # structlog's names for these methods' level
+
+
+class Clock:
+    """A UTC ISO 8601 timestamp with microseconds, its date and time of day formatted once a second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._prefix = ""
+
+    def __call__(self) -> str:
+        second, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
+        if second != self._second:
+            self._second, self._prefix = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._prefix}.{nanoseconds // 1000:06d}Z"
+
+
+def render_line(clock: Clock) -> structlog.typing.Processor:
+    """The processor that turns an event into its JSON line."""
+    encode = json.JSONEncoder(default=repr).encode  # a value JSON lacks is written as its repr
+
+    def render(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
+        event_dict["level"] = LEVELS.get(method_name, method_name)
+        event_dict["timestamp"] = clock()
+        if "exc_info" in event_dict:
+            event_dict = format_exc_info(logger, method_name, event_dict)
+        return encode(event_dict)
+
+    return render
 
 
 def configure_logging(level: str = "info") -> None:
@@ -13,12 +54,7 @@ def configure_logging(level: str = "info") -> None:
     if not isinstance(numeric, int):
         numeric = logging.INFO
     structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
+        processors=[render_line(Clock())],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
