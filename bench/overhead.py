@@ -27,8 +27,7 @@ grows with processes.
     python bench/overhead.py --modes wrk --concurrency 1,32 --start-redis --workers 2,4
 
 `--granian` adds `gateway (granian)`: the same app served by granian
-(`pip install granian`; bench/granian_app.py) instead of uvicorn, one
-worker, uvloop as under uvicorn.
+(`pip install granian`; bench/granian_app.py), one worker, uvloop.
 
 `--tracing` adds `gateway+tracing`: the same gateway exporting a span per
 request (OTEL_EXPORTER_OTLP_ENDPOINT) to an OTLP receiver of its own
@@ -213,8 +212,7 @@ def parse_args() -> argparse.Namespace:
                              "(needs one of the two above)")
     parser.add_argument("--tracing", action="store_true",
                         help="also run the gateway with OpenTelemetry traces exported to a local receiver")
-    parser.add_argument("--granian", action="store_true",
-                        help="also serve the gateway app with granian instead of uvicorn (pip install granian)")
+    parser.add_argument("--granian", action="store_true", help="also serve the app with granian (pip install granian)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "overhead.json")
     args = parser.parse_args()
     args.workers = [int(n) for n in args.workers.split(",") if int(n) > 1]
@@ -314,10 +312,10 @@ def start_targets(args: argparse.Namespace, tmp: Path,
                                                          workers=workers, SPECGATE_STATE_URL=state_url)
     if args.granian:
         port = free_port()
-        targets["gateway (granian)"] = launch(
-            port, 1, [str(Path(sys.executable).with_name("granian")), "--interface", "asgi", "--factory",
-                      "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "--loop", "uvloop",
-                      "--no-ws", "--log-level", "warning", "granian_app:gateway"], "gateway-granian.log",
+        targets["gateway (granian)"] = launch(port, 1, [
+            str(Path(sys.executable).with_name("granian")), "--interface", "asgi", "--factory", "--host", "127.0.0.1",
+            "--port", str(port), "--workers", "1", "--loop", "uvloop", "--no-ws", "--log-level", "warning",
+            "granian_app:gateway"], "gateway-granian.log",
             env={**env, "SPECGATE_POLICY": str(tmp / "policy.yaml"), "PYTHONPATH": str(ROOT / "bench")})
     if args.tracing:
         sink = free_port()
