@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.decide import apis
 from gateway.decide.json_body import JsonBody, loads
@@ -25,8 +24,7 @@ CHARS_PER_TOKEN = 4  # rough BPE average for English text and code
 _PLAIN_TEXT: tuple[Any, ...] = (None, {}, {"type": "text"})  # `response_format` values that ask for nothing
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
+class Limits(NamedTuple):  # a tuple: one per request
     n: int = 16  # sequences per request: `n`, and `best_of` where a backend still takes it
     max_tokens: int = 131072  # output tokens: `max_tokens`, `max_completion_tokens`, `max_output_tokens`
 

@@ -86,8 +86,7 @@ class Overrides:
                    route=headers.get("x-specgate-route") if allowed.route_header else None)
 
 
-@dataclass(frozen=True, slots=True)
-class Routed:
+class Routed(NamedTuple):  # a tuple: one per decision
     features: Features
     decision: Decision
 

@@ -20,7 +20,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import httpx
 from starlette.types import Message, Receive, Scope, Send
@@ -44,8 +44,7 @@ CLIENT_CLOSED = 499  # nginx's code for "the client went away first"
 KEEPALIVE_COMMENT = b": keepalive\n\n"
 
 
-@dataclass(frozen=True)
-class RelayTimeouts:
+class RelayTimeouts(NamedTuple):  # a tuple: one per request, as the decision's records are
     first_chunk_s: float  # streams: first body chunk after the headers
     keepalive_s: float
     write_s: float  # one write to the client; longer and the client is cut
