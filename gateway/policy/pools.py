@@ -58,6 +58,7 @@ class HealthSpec(Strict):
     path: str = "/health"
     interval_s: float = Field(default=5.0, gt=0)
     eject_after: int = Field(default=3, ge=1)  # consecutive failures
+    unhealthy_after: int = Field(default=2, ge=1)  # consecutive failed checks before an endpoint is down
     backoff_s: float = Field(default=2.0, gt=0)
     max_backoff_s: float = Field(default=60.0, gt=0)
 

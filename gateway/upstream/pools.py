@@ -4,9 +4,11 @@ Picking is the pool's balancer (balance.py): prefix and session affinity
 with bounded load, or least-outstanding-requests with two random choices
 drawn by weight; with shared state an endpoint's outstanding count adds the
 other replicas' as last published (`Pool.elsewhere`). An endpoint leaves rotation
-when its active health check fails or after `eject_after` consecutive
-request failures (passive ejection, with exponential back-off). When an ejection's back-off ends the endpoint is
-half-open: exactly one request may try it; success restores it, failure
+when `unhealthy_after` consecutive active health checks fail (one slow or lost
+check does not take a serving endpoint out; the check after a failed one comes
+within `CONFIRM_S`), or after `eject_after` consecutive request failures
+(passive ejection, with exponential back-off). When an ejection's back-off
+ends the endpoint is half-open: exactly one request may try it; success restores it, failure
 ejects it again for twice as long, and a neutral release (the client left
 before the answer began: nothing was learnt) lets the next request try. If
 nothing in a pool is available the caller may ask for the least-bad
@@ -42,6 +44,7 @@ from gateway.upstream.prompt_key import PromptKey
 from gateway.upstream.queue import WaitQueue
 
 UNLIMITED = 1 << 30  # the room of an endpoint without an in-flight limit
+CONFIRM_S = 1.0  # after a failed health check, the next comes within this (at most the pool's interval)
 
 
 @dataclass(eq=False)
@@ -50,7 +53,8 @@ class Endpoint:
     weight: float
     max_in_flight: int | None
     outstanding: int = 0
-    healthy: bool = True  # last active health check
+    healthy: bool = True  # the active health checks: not `unhealthy_after` failed in a row
+    check_failures: int = 0  # consecutive failed active health checks
     failures: int = 0  # consecutive request failures
     ejected_until: float = 0.0
     backoff_s: float = 0.0
@@ -328,13 +332,22 @@ class HealthMonitor:
     async def _run(self, pool: Pool) -> None:
         while True:
             await self.check(pool)
-            await asyncio.sleep(pool.spec.health.interval_s)
+            await asyncio.sleep(self.next_check_s(pool))
+
+    @staticmethod
+    def next_check_s(pool: Pool) -> float:
+        """The pool's interval, or less while a failed check of a serving endpoint awaits the next."""
+        interval = pool.spec.health.interval_s
+        confirming = any(e.healthy and e.check_failures for e in pool.endpoints)
+        return min(interval, CONFIRM_S) if confirming else interval
 
     async def _check(self, pool: Pool, endpoint: Endpoint) -> None:
-        timeout = min(pool.spec.health.interval_s, pool.spec.timeouts.connect_s)
+        health = pool.spec.health
+        timeout = min(health.interval_s, pool.spec.timeouts.connect_s)
         try:
-            response = await self.client.get(endpoint.url + pool.spec.health.path, timeout=timeout)
-            healthy = response.status_code == 200
+            response = await self.client.get(endpoint.url + health.path, timeout=timeout)
+            passed = response.status_code == 200
         except httpx.HTTPError:
-            healthy = False
-        pool.set_health(endpoint, healthy)
+            passed = False
+        endpoint.check_failures = 0 if passed else endpoint.check_failures + 1
+        pool.set_health(endpoint, endpoint.check_failures < health.unhealthy_after)
