@@ -49,7 +49,7 @@ async def replay(url: str, trace: Trace, sims: list[str], model: str, way: str) 
 
 
 def report(way: str, trace: Trace, samples: list[Sample], wall_s: float, slo_s: float,
-           tight_slo_s: float) -> dict[str, Any]:
+           tight_slo_s: float, drafting: frozenset[str]) -> dict[str, Any]:
     ok = [s for s in samples if s.ok and s.output_tokens]
     e2e = [s.e2e_s for s in ok]
     good = [s for s in ok if s.e2e_s / s.output_tokens <= slo_s]
@@ -63,13 +63,13 @@ def report(way: str, trace: Trace, samples: list[Sample], wall_s: float, slo_s: 
               "goodput_rps": len(good) / wall_s, "met_slo": len(good), "wall_s": wall_s, "pools": pools,
               "goodput_tight_rps": len(tight) / wall_s, "met_tight_slo": len(tight)}
     if trace.controls and way == "gateway":
-        result["collapse"] = collapse_exit(trace, samples)
+        result["collapse"] = collapse_exit(trace, samples, drafting)
     return result
 
 
-def collapse_exit(trace: Trace, samples: list[Sample]) -> dict[str, Any]:
+def collapse_exit(trace: Trace, samples: list[Sample], drafting: frozenset[str]) -> dict[str, Any]:
     """After the first control event: when the collapsed domain's requests stopped
-    going to the speculative pool (the first of STAYED_OUT in a row, by arrival,
+    going to the `drafting` pools (the first of STAYED_OUT in a row, by arrival,
     answered elsewhere), how many still went there after that, and in all."""
     event = trace.controls[0]
     domains = set(event.body.get("domain_quality", {}))
@@ -77,19 +77,19 @@ def collapse_exit(trace: Trace, samples: list[Sample]) -> dict[str, Any]:
              if r.at >= event.at and r.prompt.domain in domains and s.ok]
     out_at = None
     for i in range(len(after) - STAYED_OUT + 1):
-        if all(pool != "speculative" for _, pool in after[i:i + STAYED_OUT]):
+        if all(pool not in drafting for _, pool in after[i:i + STAYED_OUT]):
             out_at = after[i][0]
             break
-    late = [at for at, pool in after if pool == "speculative" and out_at is not None and at > out_at]
+    late = [at for at, pool in after if pool in drafting and out_at is not None and at > out_at]
     share: dict[int, list[int]] = {}  # bin start -> [to speculative, all]
     for request, sample in zip(trace.requests, samples, strict=True):
         if request.prompt.domain in domains and sample.ok:
             counts = share.setdefault(int((request.at - event.at) // BIN_S * BIN_S), [0, 0])
-            counts[0] += sample.pool == "speculative"
+            counts[0] += sample.pool in drafting
             counts[1] += 1
     return {"speculative_share_by_bin": {f"{start:+d}s": f"{n}/{total}" for start, (n, total) in sorted(share.items())},
             "collapse_at_s": event.at, "domains": sorted(domains), "requests_after": len(after),
-            "to_speculative_after": sum(1 for _, pool in after if pool == "speculative"),
+            "to_speculative_after": sum(1 for _, pool in after if pool in drafting),
             "out_after_s": None if out_at is None else out_at - event.at,
             "to_speculative_once_out": len(late)}
 

@@ -69,11 +69,11 @@ def run_way(args: argparse.Namespace, way: str, trace: traces.Trace, work: Path,
             replicas: vllm_stack.Replicas | None) -> dict[str, Any]:
     running: stack.Stack | Service | None
     sims: list[str] = []
+    gateway = yaml.safe_load(args.gateway_policy.read_text()) if args.gateway_policy else stack.default_policy()
     if replicas is not None:
         url, running = vllm_way(args, way, trace, work, replicas)
     elif args.sim:
         sim_args = [part for arg in args.sim_arg for part in arg.split()]
-        gateway = yaml.safe_load(args.gateway_policy.read_text()) if args.gateway_policy else None
         running = stack.start(way, work, args.time_scale, sim_args, gateway)
         url, sims = running.url, running.sims
     else:
@@ -84,7 +84,7 @@ def run_way(args: argparse.Namespace, way: str, trace: traces.Trace, work: Path,
         if running:
             running.stop()
     result = outcome.report(way, trace, samples, wall, args.slo_ms / 1000,
-                            args.tight_slo_ms / 1000)
+                            args.tight_slo_ms / 1000, stack.drafting_pools(gateway))
     (args.out / f"{trace.name}-{way}-requests.json").write_text(json.dumps(outcome.requests(trace, samples)))
     return result
 

@@ -59,6 +59,13 @@ def default_policy() -> dict[str, Any]:
     return loaded
 
 
+def drafting_pools(policy: dict[str, Any]) -> frozenset[str]:
+    """The pools of `policy` whose kind drafts (what a collapsed domain should leave)."""
+    from gateway.policy.kinds import KINDS, PoolKind
+
+    return frozenset(name for name, pool in policy["pools"].items() if KINDS[PoolKind(pool["kind"])].reports_acceptance)
+
+
 def replica_kinds(policy: dict[str, Any]) -> list[tuple[str, list[list[int]] | None]]:
     """One (kind, stated schedule) per endpoint the policy lists, pool by pool: the replicas its
     gateway way runs on, a dynamic one drafting by its pool's `speculation_schedule`."""
