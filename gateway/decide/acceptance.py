@@ -22,6 +22,19 @@ A domain whose drafts collapsed is then read as collapsed in every band from
 the first few answers of any of them, where a band sent there now and then
 sat halfway between its one answer and a prior that no longer holds.
 
+The domain's factor is shrunk toward 1 (the prior holds) by one answer's
+weight, until its latest answers say otherwise beyond their own spread: once
+the mean of its last `RECENT` answers lies below 1 by more than `SET_ASIDE`
+standard errors (their spread, at least `MIN_SPREAD`), the prior is set aside
+and the factor is that recent mean. A draft degrades at a moment: the answers
+before it, however many, say nothing of it, so the test reads the latest
+answers only. Shrinking alone left a collapsed draft read at a third of its
+prior thirty seconds on, high enough to keep sending it the domain's long
+answers. When the prior is set aside, what the domain's classes learned on
+that pool before is forgotten too: those answers came before the change. A
+draft that recovers fails the test at its first good answer, and the prior
+is back; its classes learn again from their answers.
+
 It forgets on evidence, not on silence: a new answer outweighs the ones
 before it by their age, but while a class sends nothing to the pool its
 estimate stays where its last answers left it. A draft's acceptance is the
@@ -38,12 +51,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
 from gateway.policy.classes import split_class
 from gateway.policy.priors import PriorsSpec
+
+RECENT = 3  # a domain's latest answers, read for a change of its draft
+SET_ASIDE = 3.0  # standard errors below 1 at which those answers set the domain's prior aside
+MIN_SPREAD = 0.05  # the least spread assumed of them, so answers that agree are not certainty
 
 
 def tokens_per_step(a: float, drafts: int) -> float:
@@ -81,7 +98,7 @@ class Acceptance:
         self._decay_rate = -math.log(2) / half_life_s
         self._clock = clock
         self._pairs: OrderedDict[tuple[str, str], list[float]] = OrderedDict()  # [weight, mean, at]
-        self._domains: OrderedDict[tuple[str, str], list[float]] = OrderedDict()  # the same, of rate / prior
+        self._drafts: OrderedDict[tuple[str, str], _Draft] = OrderedDict()  # per (pool, domain)
         self._prior: dict[str, float] = {}  # the priors' rate per class, looked up once
 
     def prior(self, cls: str) -> float:
@@ -99,30 +116,22 @@ class Acceptance:
             return
         now = self._clock()
         prior = self.prior(cls)
-        self._follow(self._pairs, (pool, cls), rate, now)
-        self._follow(self._domains, (pool, split_class(cls)[0]), min(rate / prior, 1.0) if prior > 0 else 1.0, now)
-
-    def _follow(self, means: OrderedDict[tuple[str, str], list[float]], key: tuple[str, str], value: float,
-                now: float) -> None:
-        """One more value of `key`'s mean: the ones before it weigh by their age."""
-        pair = means.get(key)
-        if pair is None:
-            pair = means[key] = [0.0, 0.0, now]
-            if len(means) > self.max_pairs:
-                means.popitem(last=False)
-        else:
-            means.move_to_end(key)
-        weight = pair[0] * math.exp(self._decay_rate * (now - pair[2])) + 1.0
-        pair[1] += (value - pair[1]) / weight
-        pair[0], pair[2] = weight, now
+        _follow(_entry(self._pairs, (pool, cls), lambda: [0.0, 0.0, now], self.max_pairs), rate, now,
+                self._decay_rate)
+        domain = split_class(cls)[0]
+        draft = _entry(self._drafts, (pool, domain), lambda: _Draft(now), self.max_pairs)
+        if draft.add(min(rate / prior, 1.0) if prior > 0 else 1.0, now, self._decay_rate, self.priors.weight):
+            for (held, held_cls), pair in self._pairs.items():
+                if held == pool and split_class(held_cls)[0] == domain:
+                    pair[0] = 0.0  # answered before the change: the set-aside factor holds the news
 
     def rate(self, pool: str, cls: str) -> float:
         """The estimate: the class's answers against its prior times what the domain's answers
         say of the draft (`domain_factor`), each by its weight as the last answer left it."""
         anchor, w0 = self._prior.get(cls) or self.prior(cls), self.priors.weight
-        domain = self._domains.get((pool, cls.rpartition("/")[0] or cls))  # split_class's domain, inline
-        if domain is not None:
-            anchor *= (domain[0] * domain[1] + w0) / (domain[0] + w0)
+        draft = self._drafts.get((pool, cls.rpartition("/")[0] or cls))  # split_class's domain, inline
+        if draft is not None:
+            anchor *= draft.factor
         pair = self._pairs.get((pool, cls))
         if pair is None:
             return anchor
@@ -130,13 +139,64 @@ class Acceptance:
         return (weight * pair[1] + w0 * anchor) / (weight + w0)
 
     def domain_factor(self, pool: str, domain: str) -> float:
-        """The draft's measured rate over the prior's on `domain` (at most 1), shrunk toward 1."""
-        found = self._domains.get((pool, domain))
-        w0 = self.priors.weight
-        return 1.0 if found is None else (found[0] * found[1] + w0) / (found[0] + w0)
+        """The draft's measured rate over the prior's on `domain` (at most 1), shrunk toward 1
+        until its answers set the prior aside."""
+        found = self._drafts.get((pool, domain))
+        return 1.0 if found is None else found.factor
 
     def snapshot(self) -> list[dict[str, Any]]:
         return [{"pool": pool, "class": cls, "rate": round(self.rate(pool, cls), 4), "prior": self.prior(cls),
                  "domain_factor": round(self.domain_factor(pool, split_class(cls)[0]), 4),
                  "samples": round(pair[0], 3), "last_answer_s_ago": round(self._clock() - pair[2], 3)}
                 for (pool, cls), pair in self._pairs.items()]
+
+
+class _Draft:
+    """What one pool's answers of one domain say of its draft: the mean of their
+    rate over the prior's, forgotten as `_follow` forgets, its latest values, and
+    the factor they give (`Acceptance.domain_factor`), set at each answer."""
+    __slots__ = ("mean", "recent", "factor", "aside")
+
+    def __init__(self, now: float) -> None:
+        self.mean = [0.0, 0.0, now]  # [weight, mean, at]
+        self.recent: deque[float] = deque(maxlen=RECENT)
+        self.factor = 1.0
+        self.aside = False  # the latest answers set the prior aside
+
+    def add(self, ratio: float, now: float, decay_rate: float, prior_weight: float) -> bool:
+        """One more answer's ratio; True when it sets the prior aside (it was not before)."""
+        _follow(self.mean, ratio, now, decay_rate)
+        self.recent.append(ratio)
+        was_aside, recent = self.aside, self._set_aside()
+        self.aside = recent is not None
+        weight, mean, _ = self.mean
+        self.factor = recent if recent is not None else (weight * mean + prior_weight) / (weight + prior_weight)
+        return self.aside and not was_aside
+
+    def _set_aside(self) -> float | None:
+        """The latest answers' mean, where they lie below 1 beyond their spread; else None."""
+        if len(self.recent) < RECENT:
+            return None
+        mean = sum(self.recent) / RECENT
+        spread = math.sqrt(sum((r - mean) ** 2 for r in self.recent) / (RECENT - 1))
+        return mean if 1.0 - mean > SET_ASIDE * max(spread, MIN_SPREAD) / math.sqrt(RECENT) else None
+
+
+def _entry(means: OrderedDict[tuple[str, str], Any], key: tuple[str, str], new: Callable[[], Any],
+           bound: int) -> Any:
+    """`key`'s entry of `means`, made by `new` if absent; the least recently answered go past `bound`."""
+    found = means.get(key)
+    if found is None:
+        found = means[key] = new()
+        if len(means) > bound:
+            means.popitem(last=False)
+    else:
+        means.move_to_end(key)
+    return found
+
+
+def _follow(pair: list[float], value: float, now: float, decay_rate: float) -> None:
+    """One more value of a [weight, mean, at] mean: the ones before it weigh by their age."""
+    weight = pair[0] * math.exp(decay_rate * (now - pair[2])) + 1.0
+    pair[1] += (value - pair[1]) / weight
+    pair[0], pair[2] = weight, now

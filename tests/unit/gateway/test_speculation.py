@@ -155,7 +155,7 @@ def test_a_domain_whose_drafts_collapsed_reads_collapsed_in_every_band() -> None
         clock.now += 1.0
         acceptance.observe("spec", cls, tokens_per_step(acceptance.prior(cls) * 0.1, 3), 3)
     factor = acceptance.domain_factor("spec", "code")
-    assert factor < 0.4  # three answers at a tenth of their priors, against the prior's one
+    assert factor == pytest.approx(0.1, abs=0.01)  # three answers that agree on a tenth set the prior aside
     assert acceptance.rate("spec", "code/greedy") == pytest.approx(0.85 * factor)  # never answered itself
     assert acceptance.rate("spec", "math/greedy") == 0.8  # another domain
     assert acceptance.rate("other", "code/greedy") == 0.85  # another pool
@@ -167,6 +167,45 @@ def test_a_domain_whose_drafts_collapsed_reads_collapsed_in_every_band() -> None
     assert acceptance.rate("spec", "chat/hot") > 0.45  # its own answers still teach it
     listed = {row["class"]: row for row in acceptance.snapshot()}
     assert listed["code/low"]["domain_factor"] == pytest.approx(factor, abs=1e-4)
+
+
+def test_answers_set_the_prior_aside_only_beyond_their_spread_and_a_recovered_draft_gets_it_back() -> None:
+    clock = Clock()
+    acceptance = Acceptance(clock=clock)
+
+    def answer(cls: str, ratio: float) -> None:
+        clock.now += 1.0
+        acceptance.observe("spec", cls, tokens_per_step(acceptance.prior(cls) * ratio, 3), 3)
+
+    answer("code/greedy", 0.1)
+    assert acceptance.domain_factor("spec", "code") == pytest.approx(0.55, abs=0.01)  # one answer: shrunk
+    for ratio in (0.9, 0.5, 1.0, 0.6):  # a draft a little below its prior, answers spread widely
+        answer("math/greedy", ratio)
+    spread = acceptance.domain_factor("spec", "math")
+    weight = acceptance.snapshot()[-1]["samples"]
+    assert spread == pytest.approx((weight * 0.748 + 1.0) / (weight + 1.0), abs=0.02)  # shrunk, not set aside
+    for ratio in (0.12, 0.08):
+        answer("code/mid", ratio)
+    collapsed = acceptance.domain_factor("spec", "code")
+    assert collapsed < 0.12  # three answers that agree, far below 1: the prior is set aside
+    for _ in range(4):
+        answer("code/low", 1.0)  # the draft recovered
+    assert acceptance.domain_factor("spec", "code") > 0.7  # the prior back, as the mean climbs
+
+
+def test_a_change_of_draft_forgets_what_the_domains_classes_learned_before_it() -> None:
+    clock = Clock()
+    acceptance = Acceptance(clock=clock)
+    for _ in range(8):  # greedy code, often answered while the draft was good
+        clock.now += 0.5
+        acceptance.observe("spec", "code/greedy", tokens_per_step(0.85, 3), 3)
+    acceptance.observe("spec", "math/greedy", tokens_per_step(0.8, 3), 3)
+    for cls in ("code/mid", "code/hot", "code/mid"):  # the draft stops predicting code
+        clock.now += 1.0
+        acceptance.observe("spec", cls, tokens_per_step(acceptance.prior(cls) * 0.1, 3), 3)
+    assert acceptance.rate("spec", "code/greedy") == pytest.approx(0.085, abs=0.01)  # not its eight old answers
+    listed = {row["class"]: row for row in acceptance.snapshot()}
+    assert listed["code/greedy"]["samples"] == 0 and listed["math/greedy"]["samples"] == 1
 
 
 SCHEDULES = {"spec": schedule_of(PoolKind.SPECULATIVE, 3), "std": schedule_of(PoolKind.STANDARD, 3),
