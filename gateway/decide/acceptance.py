@@ -50,6 +50,7 @@ Called from the event loop only. Memory is bounded by `max_pairs`.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -177,8 +178,8 @@ class _Draft:
         """The latest answers' mean, where they lie below 1 beyond their spread; else None."""
         if len(self.recent) < RECENT:
             return None
-        mean = sum(self.recent) / RECENT
-        spread = math.sqrt(sum((r - mean) ** 2 for r in self.recent) / (RECENT - 1))
+        mean = statistics.fmean(self.recent)
+        spread = statistics.stdev(self.recent, mean)
         return mean if 1.0 - mean > SET_ASIDE * max(spread, MIN_SPREAD) / math.sqrt(RECENT) else None
 
 
