@@ -50,7 +50,6 @@ Called from the event loop only. Memory is bounded by `max_pairs`.
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -178,8 +177,12 @@ class _Draft:
         """The latest answers' mean, where they lie below 1 beyond their spread; else None."""
         if len(self.recent) < RECENT:
             return None
-        mean = statistics.fmean(self.recent)
-        spread = statistics.stdev(self.recent, mean)
+        # By hand: it runs on every answer that reports acceptance, and `statistics.stdev`
+        # (exact fractions) costs ~25 µs where this costs ~1.
+        mean = sum(self.recent) / RECENT
+        if 1.0 - mean <= SET_ASIDE * MIN_SPREAD / math.sqrt(RECENT):  # the usual case: no spread sets it aside
+            return None
+        spread = math.sqrt(sum((r - mean) ** 2 for r in self.recent) / (RECENT - 1))
         return mean if 1.0 - mean > SET_ASIDE * max(spread, MIN_SPREAD) / math.sqrt(RECENT) else None
 
 
