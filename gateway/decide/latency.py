@@ -145,17 +145,17 @@ class LatencyModel:
         """A class's TPOT at `batch` on a pool that drafts by `schedule`, its draft accepted at
         `rate`, per unit of plain-equivalent step time: the drafting step's cost over a plain
         one's, by the priors, over the tokens it yields."""
-        if not schedule.ever_drafts:
-            return 1.0
-        drafts = schedule.drafts(max(round(batch), 1))
-        if not drafts:
-            return 1.0
+        drafts = schedule.drafts(max(round(batch), 1)) if schedule.ever_drafts else 0
+        return self._step_cost(batch, drafts) / tokens_per_step(rate, drafts) if drafts else 1.0
+
+    def _step_cost(self, batch: float, drafts: int) -> float:
+        """A drafting step's time over a plain one's at `batch`, by the priors: a pure function of them, kept."""
         cost = self._step_costs.get((batch, drafts))
-        if cost is None:  # a pure function of the priors: kept, bounded
+        if cost is None:
             cost = self.priors.step(batch, drafts) / self.priors.step(batch, 0)
-            if len(self._step_costs) < 4096:
+            if len(self._step_costs) < 4096:  # bounded: batches are integers below the load's cap
                 self._step_costs[batch, drafts] = cost
-        return cost / tokens_per_step(rate, drafts)
+        return cost
 
     def observe(self, pool: str, cls: str, load: int, ttft_s: float | None, tpot_s: float | None,
                 per_step: float | None = None, drafts: int | None = None, batch: float | None = None) -> None:
@@ -170,7 +170,7 @@ class LatencyModel:
         if per_step is not None and drafts > 0:
             self.acceptance.observe(pool, cls, per_step, drafts)
         if tpot_s is not None and drafts:  # to a plain step's time: what the tables keep
-            cost = self.priors.step(batch, drafts) / self.priors.step(batch, 0)
+            cost = self._step_cost(batch, drafts)
             tokens = per_step if per_step is not None and per_step >= 1 else self.tokens_per_step(pool, cls, batch)
             tpot_s *= tokens / cost
         key = (pool, cls)
