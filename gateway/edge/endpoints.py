@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import httpx
 import structlog
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
@@ -62,20 +62,32 @@ def request_id(request: Request, rng: random.Random) -> str:
 
 async def read_body(request: Request, limit: int, timeout_s: float | None = None) -> bytes:
     """The body, at most `limit` bytes, all of it within `timeout_s` (a client
-    that stalls or trickles must not hold a connection and a task forever)."""
+    that stalls or trickles must not hold a connection and a task forever).
+    Read off `receive` (as Starlette's `Request.stream` does, without its async
+    generator): a small body is one message, and arrived with the head."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body is over the {limit} byte limit")
-    body = bytearray()
+    receive = request.receive
     try:
         async with asyncio.timeout(timeout_s):
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > limit:
-                    raise PayloadTooLarge(f"request body is over the {limit} byte limit")
+            message = await receive()
+            if message["type"] != "http.request":
+                raise ClientDisconnect()
+            body: bytes = message.get("body", b"")
+            if not message.get("more_body", False) and len(body) <= limit:
+                return body
+            parts = bytearray(body)
+            while len(parts) <= limit and message.get("more_body", False):
+                message = await receive()
+                if message["type"] != "http.request":
+                    raise ClientDisconnect()
+                parts += message.get("body", b"")
     except TimeoutError:
         raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s") from None
-    return bytes(body)
+    if len(parts) > limit:
+        raise PayloadTooLarge(f"request body is over the {limit} byte limit")
+    return bytes(parts)
 
 
 class ProxyEndpoints:

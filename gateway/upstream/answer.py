@@ -61,7 +61,12 @@ class Answer:
             await self.aclose()
 
     async def aread(self) -> bytes:
-        chunks = [chunk async for chunk in self.aiter_raw()]
+        """The whole body; the answer is closed after it (or its error). Off the stream
+        itself: `aiter_raw`'s async generator costs a non-streamed answer more than its read."""
+        try:
+            chunks = [chunk async for chunk in self.stream]
+        finally:
+            await self.aclose()
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def aclose(self) -> None:
