@@ -36,7 +36,7 @@ from gateway.edge.error_answers import exception_handlers
 from gateway.edge.middleware import FastHandler, HeaderLimitMiddleware, RequestIdMiddleware
 from gateway.edge.tracing import TracingMiddleware, tracer_for
 from gateway.flags import FlagStore, PoolFlag, reason_word
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import Children, GatewayMetrics
 from gateway.policy.compiled import Policy
 from gateway.policy.loader import load_policy
 from gateway.settings import Settings
@@ -71,6 +71,7 @@ class GatewayParts:
         self.settings = settings
         self.tracer = tracer or tracer_for(settings)  # the no-op one unless tracing is on
         self.metrics = GatewayMetrics()
+        self._acceptance = Children(self.metrics.acceptance)  # set on every speculative answer
         self.state = state_store(settings, self.metrics)  # before the parts that share through it
         self.fleet, self.learning = self._shared_routing()
         self.runtime = Runtime(policy, others=self.fleet.others if self.fleet is not None else lambda: NOWHERE,
@@ -144,7 +145,7 @@ class GatewayParts:
                              measurement.ttft_s, measurement.tpot_s, per_step, drafts, measurement.batch)
         if per_step is not None and measurement.pool in self.runtime.policy.speculative_pools:
             rate = self.latency.acceptance.rate(measurement.pool, measurement.traffic_class)
-            self.metrics.acceptance.labels(measurement.pool, measurement.traffic_class).set(rate)
+            self._acceptance(measurement.pool, measurement.traffic_class).set(rate)
         if self.learning is not None:  # shared with the other replicas at the next flush
             self.learning.record(Observation(measurement.pool, measurement.traffic_class, measurement.load,
                                              measurement.ttft_s, measurement.tpot_s))
