@@ -1,0 +1,234 @@
+"""The gateway app's own CPU per request, in one process, without an HTTP server in front.
+
+The app (`create_app`, the default policy with both pools on a fast fake backend
+and admission limits lifted, as in bench/overhead.py) is called as ASGI with a
+chat completion request, non-streamed or streamed (16 SSE chunks), by
+`--concurrency` callers at once. It forwards each request over loopback to
+bench/fast_upstream.py, so the backend's sockets, the log line (written to
+/dev/null), the metrics and the routing decision are all in; uvicorn's HTTP
+parsing and the client's socket are not. Per request: the CPU time of this
+process's event loop thread (the caller's share is a dict and two awaits).
+
+Without the server's parsing and the load generator on the same two cores, one
+round of this spreads far less than a round of bench/overhead.py, so a change to
+the request path shows here first. `--baseline REF` runs the same measure on the
+app as of git commit REF (exported to a temporary folder), interleaved round by
+round.
+
+    python bench/request_path.py [--requests 4000] [--rounds 5] [--concurrency 1,32] [--baseline REF]
+    python bench/request_path.py --modes stream --profile   # and where the time went, by self time
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+BODY = {"model": "bench", "messages": [{"role": "user", "content": "Write a haiku about rivers."}],
+        "temperature": 0, "max_tokens": 128}
+
+
+def scope_for(body: bytes) -> dict[str, Any]:
+    """The scope `specgate serve`'s protocol gives a request, with its two extensions (the
+    relay then watches the client through them, not through a task on `receive`)."""
+    from gateway.upstream.relay import ABORT_EXTENSION, DISCONNECT_EXTENSION
+
+    return {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+            "method": "POST", "scheme": "http", "path": "/v1/chat/completions",
+            "raw_path": b"/v1/chat/completions", "query_string": b"", "root_path": "",
+            "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8080),
+            "headers": [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode())],
+            "extensions": {ABORT_EXTENSION: _never, DISCONNECT_EXTENSION: _never}}
+
+
+def _never(*_: Any) -> None:
+    """The client is never lost nor aborted here."""
+
+
+async def call(app: Any, body: bytes) -> int:
+    """One request through the app; its status (the answer's bytes are dropped, as a socket would take them)."""
+    sent = False
+    status = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # the client stays: no disconnect
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+
+    await app(scope_for(body), receive, send)
+    return status
+
+
+async def measure(app: Any, stream: bool, concurrency: int, requests: int) -> tuple[float, int]:
+    """CPU µs per request of this thread over `requests` requests, and how many failed."""
+    body = json.dumps({**BODY, "stream": stream}).encode()
+    left = requests
+    failed = 0
+
+    async def caller() -> None:
+        nonlocal left, failed
+        while left > 0:
+            left -= 1
+            if await call(app, body) != 200:
+                failed += 1
+
+    start = time.thread_time()
+    await asyncio.gather(*(caller() for _ in range(concurrency)))
+    return 1e6 * (time.thread_time() - start) / requests, failed
+
+
+async def run_rounds(policy: Path, args: argparse.Namespace, out: Any) -> None:
+    """Every mode and concurrency, `args.rounds` times, one JSON line each to `out`
+    (a baseline's rounds are driven line by line by the parent)."""
+    from gateway.edge.app import create_app
+    from gateway.logs import configure_logging
+    from gateway.settings import Settings
+
+    configure_logging("info")  # the parent sends this process's stderr to /dev/null
+    app = create_app(Settings(policy=policy))
+    async with app.router.lifespan_context(app):
+        for mode in args.modes.split(","):
+            for concurrency in args.concurrency:
+                await measure(app, mode == "stream", concurrency, min(args.requests, 500))  # warm
+        profile = cProfile.Profile() if args.profile else None
+        for _ in range(args.rounds):
+            for mode in args.modes.split(","):
+                for concurrency in args.concurrency:
+                    if args.lockstep:  # wait for the parent's word, so that targets alternate
+                        sys.stdin.readline()
+                    if profile is not None:
+                        profile.enable()
+                    cpu_us, failed = await measure(app, mode == "stream", concurrency, args.requests)
+                    if profile is not None:
+                        profile.disable()
+                    print(json.dumps({"mode": mode, "concurrency": concurrency, "cpu_us": cpu_us,
+                                      "failed": failed}), file=out, flush=True)
+        if profile is not None:
+            pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(args.top)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=4000, help="requests per round (default 4000)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--modes", default="json,stream", help="json (non-streamed), stream, or both")
+    parser.add_argument("--concurrency", type=lambda text: [int(c) for c in text.split(",")], default=[1, 32])
+    parser.add_argument("--baseline", metavar="REF", help="also measure the app as of this git commit")
+    parser.add_argument("--profile", action="store_true", help="also print a cProfile of each target's rounds")
+    parser.add_argument("--top", type=int, default=40, help="rows of the profile (default 40)")
+    parser.add_argument("--policy", type=Path, help=argparse.SUPPRESS)  # a baseline's, from the parent
+    parser.add_argument("--lockstep", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def pin(index: int) -> Any:
+    """Run a child on one CPU of those this process may use (the backend on the first, the
+    apps on the last): the scheduler then never moves the app's thread between cores, or
+    puts the backend beside it, mid-round. None where there is one CPU or no affinity."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cpus) < 2:
+        return None
+    return lambda: os.sched_setaffinity(0, {cpus[index]})
+
+
+def export_tree(ref: str, into: Path) -> Path:
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def main() -> None:
+    args = parse_args()
+    if args.policy is not None:  # a target of the parent's, one JSON line per round
+        asyncio.run(run_rounds(args.policy, args, sys.stdout))
+        return
+    sys.path.insert(0, str(HERE))
+    from overhead import bench_policy, free_port, wait_port
+
+    tmp = Path(tempfile.mkdtemp(prefix="specgate-request-path-"))
+    port = free_port()
+    backend = subprocess.Popen([sys.executable, str(HERE / "fast_upstream.py"), "--port", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pin(0))
+    targets: dict[str, subprocess.Popen] = {}
+    try:
+        wait_port(port)
+        policy = tmp / "policy.yaml"
+        policy.write_text(bench_policy(port))
+        trees = {"gateway": ROOT}
+        if args.baseline:
+            trees["baseline"] = export_tree(args.baseline, tmp / "baseline")
+        passed = [f"--requests={args.requests}", f"--rounds={args.rounds}", f"--modes={args.modes}",
+                  "--concurrency=" + ",".join(map(str, args.concurrency)), f"--top={args.top}",
+                  *(["--profile"] if args.profile else [])]
+        for name, tree in trees.items():
+            targets[name] = subprocess.Popen(
+                [sys.executable, str(HERE / "request_path.py"), *passed, f"--policy={policy}", "--lockstep"],
+                cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, preexec_fn=pin(-1))
+        rows = interleave(targets, args)
+        if args.profile:
+            for name, proc in targets.items():
+                print(f"## {name}\n{proc.stdout.read()}")
+    finally:
+        for proc in (*targets.values(), backend):
+            proc.terminate()
+            proc.wait(timeout=30)
+    print(table(rows, list(targets)))
+
+
+def interleave(targets: dict[str, subprocess.Popen], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each target's rounds, one at a time in turn: the host's noise falls on all alike."""
+    rows = []
+    steps = args.rounds * len(args.modes.split(",")) * len(args.concurrency)
+    for step in range(steps):
+        for name, proc in targets.items():
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"{name} stopped before its round {step + 1} of {steps}")
+            rows.append({"target": name, **json.loads(line)})
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return rows
+
+
+def table(rows: list[dict[str, Any]], targets: list[str]) -> str:
+    lines = ["| mode | concurrency | " + " | ".join(f"{t} µs/req (rounds)" for t in targets)
+             + " | " + " | ".join(f"{t} median" for t in targets) + " | failed |",
+             "|---|---|" + "---|" * (2 * len(targets) + 1)]
+    keys = dict.fromkeys((row["mode"], row["concurrency"]) for row in rows)
+    for mode, concurrency in keys:
+        mine = {t: [r["cpu_us"] for r in rows if (r["mode"], r["concurrency"], r["target"]) == (mode, concurrency, t)]
+                for t in targets}
+        failed = sum(r["failed"] for r in rows if (r["mode"], r["concurrency"]) == (mode, concurrency))
+        lines.append(f"| {mode} | {concurrency} | "
+                     + " | ".join(", ".join(f"{v:.0f}" for v in mine[t]) for t in targets) + " | "
+                     + " | ".join(f"{statistics.median(mine[t]):.0f}" for t in targets) + f" | {failed} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
