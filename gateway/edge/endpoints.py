@@ -68,26 +68,22 @@ async def read_body(request: Request, limit: int, timeout_s: float | None = None
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body is over the {limit} byte limit")
-    receive = request.receive
+    receive, chunks, size, more = request.receive, [], 0, True
     try:
         async with asyncio.timeout(timeout_s):
-            message = await receive()
-            if message["type"] != "http.request":
-                raise ClientDisconnect()
-            body: bytes = message.get("body", b"")
-            if not message.get("more_body", False) and len(body) <= limit:
-                return body
-            parts = bytearray(body)
-            while len(parts) <= limit and message.get("more_body", False):
+            while more:
                 message = await receive()
                 if message["type"] != "http.request":
                     raise ClientDisconnect()
-                parts += message.get("body", b"")
+                chunk: bytes = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(f"request body is over the {limit} byte limit")
+                chunks.append(chunk)
+                more = message.get("more_body", False)
     except TimeoutError:
         raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s") from None
-    if len(parts) > limit:
-        raise PayloadTooLarge(f"request body is over the {limit} byte limit")
-    return bytes(parts)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 class ProxyEndpoints:
