@@ -22,12 +22,14 @@ class KernelSpec:
     name: str
     signature: dict[str, str]
     constexprs: dict[str, object] = field(default_factory=dict)
+    num_warps: int = 4
 
 
 def kernel_specs(max_nodes: int = 64, head_dim: int = 64, probs_dtype: str = "fp32") -> list[KernelSpec]:
     """The four kernels, specialized for trees of ``max_nodes`` and the given head size."""
     from backends.kernels.probs import PROB_SCALE
     from backends.kernels.triton_tree import block_size
+    from backends.kernels.triton_verify import SAMPLING_WARPS, VOCAB_TILE
 
     block_n = block_size(max_nodes)
     return [
@@ -53,7 +55,8 @@ def kernel_specs(max_nodes: int = 64, head_dim: int = 64, probs_dtype: str = "fp
                               "accept_len_ptr", "bonus_ptr"], PTR_I64),
              **dict.fromkeys(["N", "V", "stride_pb", "stride_pn"], I64),
              "SCALE": "constexpr", "BLOCK_N": "constexpr", "BLOCK_V": "constexpr"},
-            {"SCALE": PROB_SCALE, "BLOCK_N": block_n, "BLOCK_V": 256},
+            {"SCALE": PROB_SCALE, "BLOCK_N": block_n, "BLOCK_V": VOCAB_TILE},
+            num_warps=SAMPLING_WARPS,
         ),
         KernelSpec(
             "compact_kv_kernel",
@@ -82,5 +85,5 @@ def compile_kernels(target, specs: list[KernelSpec] | None = None) -> dict[str, 
     compiled = {}
     for spec in specs or kernel_specs():
         source = ASTSource(_kernel(spec.name), spec.signature, spec.constexprs)
-        compiled[spec.name] = triton.compile(source, target=target)
+        compiled[spec.name] = triton.compile(source, target=target, options={"num_warps": spec.num_warps})
     return compiled
