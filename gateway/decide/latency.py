@@ -218,8 +218,9 @@ class LatencyModel:
             costs = self._bucket_costs(pool, schedule)
             factor = self._per_plain_step(schedule, rate, load + 1)
             (cost_high, drafts_high), (cost_low, drafts_low) = costs[there], costs[here]
-            rise = (table[there] * cost_high / tokens_per_step(rate, drafts_high)
-                    - table[here] * cost_low / tokens_per_step(rate, drafts_low))
+            yields = tokens_per_step(rate, drafts_high)  # the same at both ends, but where the schedule switches
+            rise = (table[there] * cost_high / yields - table[here] * cost_low
+                    / (yields if drafts_low == drafts_high else tokens_per_step(rate, drafts_low)))
             step, step_var = step * factor, step_var * factor * factor
         else:
             rise = table[there] - table[here]
