@@ -38,8 +38,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backends.kernels import build_tree, compact_kv, processed_probs, verify_greedy, verify_sampling  # noqa: E402 - importable once the root is on sys.path
-from tests.unit.kernels.trees import random_batch  # noqa: E402 - as above
+from backends.kernels import build_tree, compact_kv, verify_greedy, verify_sampling  # noqa: E402 - importable once the root is on sys.path
+from tests.unit.kernels.trees import random_batch, sampling_case  # noqa: E402 - as above
 
 # (requests, nodes per tree, vocabulary) at serving sizes, and the interpreter's small ones.
 FULL = {"batch": (1, 16, 64, 256), "nodes": (8, 64), "vocab": (32_000, 128_256)}
@@ -68,19 +68,6 @@ def greedy_inputs(seed: int, batch: int, nodes: int, vocab: int, device: str) ->
     rows = torch.arange(batch, device=device)[:, None].expand(-1, nodes)
     argmax[rows[agree], parents[agree]] = draft[agree]
     return draft, argmax, layout, num_nodes
-
-
-def sampling_inputs(seed: int, batch: int, nodes: int, vocab: int, device: str) -> tuple:
-    """Target rows at temperature 0.8 and top-k 50; each node drafts one of its parent's 3 likeliest."""
-    parents, num_nodes, layout = tree_batch(seed, batch, nodes, device)
-    generator = torch.Generator(device=device).manual_seed(seed)
-    logits = torch.randn(batch, nodes, vocab, device=device, generator=generator) * 3
-    probs = processed_probs(logits, temperature=0.8, top_k=min(50, max(2, vocab // 2)))
-    likely = probs.topk(3, dim=-1).indices.gather(1, parents.clamp(min=0)[..., None].expand(-1, -1, 3))
-    pick = torch.randint(0, 3, (batch, nodes, 1), device=device, generator=generator)
-    draft = likely.gather(2, pick)[..., 0]
-    coins = torch.rand(batch, nodes, device=device, generator=generator)
-    return draft, probs, layout, num_nodes, coins, torch.rand(batch, device=device, generator=generator)
 
 
 def compact_inputs(seed: int, batch: int, nodes: int, device: str) -> tuple:
@@ -112,7 +99,7 @@ def agreement(device: str, seeds: int, sizes: dict[str, tuple[int, ...]]) -> dic
         greedy = greedy_inputs(seed, batch, nodes, sizes["vocab"][-1], device)
         tally("verify_greedy", same(*(verify_greedy(*greedy, backend=b) for b in BACKENDS)))
         for vocab in (sizes["vocab"][-1], 5):
-            sampling = sampling_inputs(seed, batch, nodes, vocab, device)
+            sampling = sampling_case(batch, nodes, vocab, seed, device=device)
             tally(f"verify_sampling V={vocab}", same(*(verify_sampling(*sampling, backend=b) for b in BACKENDS)))
         cache, seq_lens, accepted, accept_len = compact_inputs(seed, 4, nodes, device)
         moved = [cache.clone() for _ in BACKENDS]
@@ -158,7 +145,7 @@ def timings(device: str, repeats: int, sizes: dict[str, tuple[int, ...]]) -> lis
             row("compact_kv", shape, compact_kv, *compact_inputs(batch, batch, nodes, device))
             for vocab in sizes["vocab"]:
                 if batch * nodes * vocab <= 2**31:  # up to 8 GiB of float32 rows
-                    sampling = sampling_inputs(batch, batch, nodes, vocab, device)
+                    sampling = sampling_case(batch, nodes, vocab, batch, device=device)
                     row("verify_sampling", f"{shape} V={vocab}", verify_sampling, *sampling)
     return rows
 

@@ -13,8 +13,8 @@ import random
 import pytest
 import torch
 
-from backends.kernels import build_tree, compact_kv, processed_probs, verify_greedy, verify_sampling
-from tests.unit.kernels.trees import SHAPES, padded_batch, random_batch
+from backends.kernels import build_tree, compact_kv, verify_greedy, verify_sampling
+from tests.unit.kernels.trees import SHAPES, padded_batch, random_batch, random_tokens, sampling_case
 
 BACKENDS = ("torch", "triton")
 
@@ -46,10 +46,6 @@ def test_build_tree_pads_a_batch_of_chains_stars_and_depth_one():
     assert layout.depth.tolist()[0][:4] == [0, 1, 2, 3] and layout.depth.tolist()[1][:4] == [0, 1, 1, 1]
 
 
-def random_tokens(shape, vocab: int, seed: int) -> torch.Tensor:
-    return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(seed))
-
-
 def test_verify_greedy_matches_reference_on_random_trees():
     rng = random.Random(1)
     parents, num_nodes = random_batch(rng, batch=8, width=64)
@@ -69,20 +65,6 @@ def test_verify_greedy_with_no_accepted_node():
     draft, argmax = random_tokens((5, 16), 3, 3), torch.full((5, 16), 7)
     result = both(verify_greedy, draft, argmax, layout, num_nodes)
     assert result.accept_len.tolist() == [0] * 5 and result.bonus_token.tolist() == [7] * 5
-
-
-def sampling_case(batch: int, width: int, vocab: int, seed: int, coins: torch.Tensor | None = None):
-    generator = torch.Generator().manual_seed(seed)
-    parents, num_nodes = random_batch(random.Random(seed), batch=batch, width=width)
-    layout = build_tree(parents, torch.zeros(batch, dtype=torch.long), num_nodes)
-    logits = torch.randn(batch, width, vocab, generator=generator) * 3
-    probs = processed_probs(logits, temperature=0.8, top_k=max(2, min(50, vocab // 2)))
-    # Each node drafts one of its parent's three likeliest tokens, so paths get accepted.
-    likely = probs.topk(3, dim=-1).indices.gather(1, parents.clamp(min=0)[..., None].expand(-1, -1, 3))
-    draft = likely.gather(2, random_tokens((batch, width, 1), 3, seed))[..., 0]
-    if coins is None:
-        coins = torch.rand(batch, width, generator=generator)
-    return draft, probs, layout, num_nodes, coins, torch.rand(batch, generator=generator)
 
 
 @pytest.mark.parametrize("vocab", [4097, 5])

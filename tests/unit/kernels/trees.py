@@ -1,10 +1,13 @@
-"""Draft-tree builders for the kernel tests: parent lists and padded batches."""
+"""Draft-tree builders for the kernel tests and bench/kernels.py: parent lists, padded batches
+and verify_sampling's inputs."""
 
 from __future__ import annotations
 
 import random
 
 import torch
+
+from backends.kernels import build_tree, processed_probs
 
 SHAPES = ("random", "chain", "star", "depth1", "root_only")
 
@@ -45,3 +48,24 @@ def ancestors(parents: list[int], node: int) -> list[int]:
         chain.append(node)
         node = parents[node]
     return chain
+
+
+def random_tokens(shape, vocab: int, seed: int, device: str = "cpu") -> torch.Tensor:
+    return torch.randint(0, vocab, shape, generator=torch.Generator(device).manual_seed(seed), device=device)
+
+
+def sampling_case(batch: int, width: int, vocab: int, seed: int, coins: torch.Tensor | None = None,
+                  device: str = "cpu"):
+    """verify_sampling's arguments: random trees, target rows at temperature 0.8 and top-k 50
+    (at most half the vocabulary), coins; drawn on `device` by generators seeded with `seed`."""
+    generator = torch.Generator(device).manual_seed(seed)
+    parents, num_nodes = (t.to(device) for t in random_batch(random.Random(seed), batch=batch, width=width))
+    layout = build_tree(parents, torch.zeros(batch, dtype=torch.long, device=device), num_nodes, backend="torch")
+    logits = torch.randn(batch, width, vocab, generator=generator, device=device) * 3
+    probs = processed_probs(logits, temperature=0.8, top_k=max(2, min(50, vocab // 2)))
+    # Each node drafts one of its parent's three likeliest tokens, so paths get accepted.
+    likely = probs.topk(3, dim=-1).indices.gather(1, parents.clamp(min=0)[..., None].expand(-1, -1, 3))
+    draft = likely.gather(2, random_tokens((batch, width, 1), 3, seed, device))[..., 0]
+    if coins is None:
+        coins = torch.rand(batch, width, generator=generator, device=device)
+    return draft, probs, layout, num_nodes, coins, torch.rand(batch, generator=generator, device=device)
