@@ -160,11 +160,18 @@ def report(device_name: str, counts: dict[str, list[int]], rows: list[dict[str, 
     return "\n".join(lines)
 
 
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--seeds", type=int, default=40, help="random batches per agreement check (default 40)")
-    parser.add_argument("--repeats", type=int, default=50, help="timed calls per figure (default 50)")
+    parser.add_argument("--seeds", type=positive, default=40, help="random batches per agreement check (default 40)")
+    parser.add_argument("--repeats", type=positive, default=50, help="timed calls per figure (default 50)")
     parser.add_argument("--quick", action="store_true", help="small sizes, for Triton's CPU interpreter")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
