@@ -24,7 +24,13 @@ on a VM, and the parts' reads would count in the whole). A second table
 gives that pass's p50 per prompt: a third of the calls are 4 KB documents,
 so the mix's p50 is the short prompts' 75th percentile.
 
-    python bench/decision.py [--calls 20000]
+The calls run in rounds, each bracketed by a fixed pure-Python loop timed the
+same way. A shared host switches between speeds (up to 1.7x apart, for tenths
+of a second to seconds, whatever runs); a third table gives each round's p50s
+beside the loop's, so a reader sees which rounds ran on the quiet host: the
+fastest rounds are the code's own cost, the rest the host's.
+
+    python bench/decision.py [--calls 20000] [--rounds 9]
 """
 
 from __future__ import annotations
@@ -92,56 +98,128 @@ def with_slo(policy: Policy, tpot_s: float) -> Policy:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=20000)
+    parser.add_argument("--calls", type=int, default=20000, help="decisions per row and pass, over all rounds")
+    parser.add_argument("--rounds", type=int, default=9, help="rounds the calls are split into, each "
+                        "bracketed by the host's reference loop")
     args = parser.parse_args()
+    if args.calls < 1 or not 1 <= args.rounds <= args.calls:
+        parser.error("--calls >= 1 and 1 <= --rounds <= --calls")
     policy = load_policy(default_policy_path())
     rng = random.Random(1)
     model = warmed(policy, rng)
     flags = FlagStore(list(policy.speculative_pools)).snapshot()
     requests = bodies(rng)
     draw = random.Random(2)
+    rows = [Row(name, slo, judged, [{pool: rng.randint(low, 300) for pool in policy.pools} for _ in range(1024)])
+            for name, low, judged, slo in (("0-300", 0, policy, "none (shipped)"),
+                                           ("200-300", 200, with_slo(policy, 0.02),
+                                            "tpot_s 0.02, every pool past it"))]
+    per_round = []
+    for r in range(args.rounds):
+        calls = range(r * args.calls // args.rounds, (r + 1) * args.calls // args.rounds)
+        before = reference_loop()
+        for row in rows:
+            parts = timed_parts(row, calls, requests, policy, flags, model, draw)
+            for part, samples in parts.items():
+                row.parts[part].extend(samples)
+            whole = timed_whole(row, calls, requests, policy, flags, model, draw)
+            row.whole.extend(whole)
+            row.rounds.append((calls.start, whole))
+        per_round.append((before, reference_loop()))
     print("| loads | pools' slo | features p50 | decide p50 | admission p50 | all p50 µs | all p90 µs | all p99 µs |")
     print("|---|---|---|---|---|---|---|---|")
-    by_prompt: list[tuple[str, str, list[float]]] = []
-    for name, low, judged, slo in (("0-300", 0, policy, "none (shipped)"),
-                                   ("200-300", 200, with_slo(policy, 0.02), "tpot_s 0.02, every pool past it")):
-        loads = [{pool: rng.randint(low, 300) for pool in policy.pools} for _ in range(1024)]
-        parts: dict[str, list[float]] = {"features": [], "decide": [], "admission": []}
-        for i in range(args.calls):
-            body, load = requests[i % len(requests)], loads[i % len(loads)]
-            t0 = time.thread_time_ns()
-            features = extract_features(body, "chat", policy.defaults, policy.classifier, load)
-            t1 = time.thread_time_ns()
-            found = decide(features, judged, flags, draw.random(), model, draw).fastest
-            t2 = time.thread_time_ns()
-            if found is not None:
-                hold(found, judged.pools, ahead=i % 4)
-            t3 = time.thread_time_ns()
-            for part, ns in zip(parts, (t1 - t0, t2 - t1, t3 - t2), strict=True):
-                parts[part].append(ns / 1000)
-        whole = []  # the three again, timed as one: the clock reads between the parts cost ~0.35 us each
-        for i in range(args.calls):
-            body, load = requests[i % len(requests)], loads[i % len(loads)]
-            t0 = time.thread_time_ns()
-            features = extract_features(body, "chat", policy.defaults, policy.classifier, load)
-            found = decide(features, judged, flags, draw.random(), model, draw).fastest
-            if found is not None:
-                hold(found, judged.pools, ahead=i % 4)
-            whole.append((time.thread_time_ns() - t0) / 1000)
-        print(f"| {name} | {slo} | " + " | ".join(f"{statistics.median(parts[p]):.1f}" for p in parts)
-              + f" | {statistics.median(whole):.1f} | {percentile(whole, 0.9):.1f} | {percentile(whole, 0.99):.1f} |")
-        by_prompt.append((name, slo, by_kind(whole, len(requests))))
-    print_by_prompt(by_prompt)
+    for row in rows:
+        print(f"| {row.name} | {row.slo} | " + " | ".join(f"{statistics.median(row.parts[p]):.1f}" for p in row.parts)
+              + f" | {statistics.median(row.whole):.1f} | {percentile(row.whole, 0.9):.1f} "
+              f"| {percentile(row.whole, 0.99):.1f} |")
+    print_by_prompt([(row.name, row.slo, by_kind(row.whole, len(requests))) for row in rows])
+    print_rounds(per_round, rows, len(requests))
 
 
-def by_kind(whole: list[float], bodies: int) -> list[float]:
+@dataclasses.dataclass
+class Row:
+    """One of the table's rows: the loads drawn and the policy judged, and its samples."""
+    name: str
+    slo: str
+    judged: Policy
+    loads: list[dict[str, int]]
+    parts: dict[str, list[float]] = dataclasses.field(
+        default_factory=lambda: {"features": [], "decide": [], "admission": []})
+    whole: list[float] = dataclasses.field(default_factory=list)
+    rounds: list[tuple[int, list[float]]] = dataclasses.field(default_factory=list)  # (first call, samples)
+
+
+def timed_parts(row: Row, calls: range, requests: list[dict[str, Any]], policy: Policy, flags: Any,
+                model: LatencyModel, draw: random.Random) -> dict[str, list[float]]:
+    parts: dict[str, list[float]] = {"features": [], "decide": [], "admission": []}
+    for i in calls:
+        body, load = requests[i % len(requests)], row.loads[i % len(row.loads)]
+        t0 = time.thread_time_ns()
+        features = extract_features(body, "chat", policy.defaults, policy.classifier, load)
+        t1 = time.thread_time_ns()
+        found = decide(features, row.judged, flags, draw.random(), model, draw).fastest
+        t2 = time.thread_time_ns()
+        if found is not None:
+            hold(found, row.judged.pools, ahead=i % 4)
+        t3 = time.thread_time_ns()
+        for part, ns in zip(parts, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+            parts[part].append(ns / 1000)
+    return parts
+
+
+def timed_whole(row: Row, calls: range, requests: list[dict[str, Any]], policy: Policy, flags: Any,
+                model: LatencyModel, draw: random.Random) -> list[float]:
+    """The three parts again, timed as one: the clock reads between the parts cost ~0.35 us each."""
+    whole = []
+    for i in calls:
+        body, load = requests[i % len(requests)], row.loads[i % len(row.loads)]
+        t0 = time.thread_time_ns()
+        features = extract_features(body, "chat", policy.defaults, policy.classifier, load)
+        found = decide(features, row.judged, flags, draw.random(), model, draw).fastest
+        if found is not None:
+            hold(found, row.judged.pools, ahead=i % 4)
+        whole.append((time.thread_time_ns() - t0) / 1000)
+    return whole
+
+
+def reference_loop(repeats: int = 1000) -> float:
+    """The p50 of a fixed pure-Python loop, in µs: the host's speed at that moment. Shared
+    hosts switch between speeds (this one by up to 1.7x, for tenths of a second to seconds),
+    and a round's decision costs are read beside the loop's time around them."""
+    samples = []
+    for _ in range(repeats):
+        t0 = time.thread_time_ns()
+        total = 0
+        for i in range(300):
+            total += i * i
+        samples.append((time.thread_time_ns() - t0) / 1000)
+    return statistics.median(samples)
+
+
+def by_kind(whole: list[float], bodies: int, first: int = 0) -> list[float]:
     """The whole decision's p50 per prompt of PROMPTS: over the mix, a third of the calls are
-    4 KB documents, so the mix's p50 is the short prompts' 75th percentile."""
+    4 KB documents, so the mix's p50 is the short prompts' 75th percentile. `first`: the
+    call the samples start at."""
     per = len(PROMPTS)
     kinds: list[list[float]] = [[] for _ in PROMPTS]
-    for i, us in enumerate(whole):
+    for i, us in enumerate(whole, first):
         kinds[(i % bodies) * per // bodies].append(us)
     return [statistics.median(kind) for kind in kinds]
+
+
+def print_rounds(per_round: list[tuple[float, float]], rows: list[Row], bodies: int) -> None:
+    """Per round: the host's reference loop before and after it, and each row's whole decision,
+    over the mix (p50) and per prompt. The fastest rounds are the code's cost on a quiet host."""
+    columns = [f"{row.name}: {what}" for row in rows for what in ("mix p50 µs", *PROMPTS)]
+    print("\n| round | host loop µs before, after | " + " | ".join(columns) + " |")
+    print("|---|---|" + "---|" * len(columns))
+    for r, (before, after) in enumerate(per_round, 1):
+        cells = []
+        for row in rows:
+            first, samples = row.rounds[r - 1]
+            cells.append(f"{statistics.median(samples):.1f}")
+            cells.extend(f"{m:.1f}" for m in by_kind(samples, bodies, first))
+        print(f"| {r} | {before:.1f}, {after:.1f} | " + " | ".join(cells) + " |")
 
 
 def print_by_prompt(rows: list[tuple[str, str, list[float]]]) -> None:
