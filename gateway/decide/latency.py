@@ -272,14 +272,16 @@ class LatencyModel:
         non-decreasing: `highest_fitting` finds it, from the room found last."""
         pair, schedule = self._current_pool(pool), self.schedule(pool)
         rate = self.acceptance.rate(pool, cls) if schedule.ever_drafts else 0.0
+        ttfts, ttft_loads = pair.ttft.fit_mean, pair.ttft.centre
+        tpots, tpot_loads = pair.tpot.fit_mean, pair.tpot.centre
+        allowed = None if tpot_s is None else (ttft_s or 0.0) + tokens * tpot_s
+        per_plain_step = self._per_plain_step
         def fits(load: int) -> bool:
-            ttft = waited_s + between(pair.ttft.fit_mean, load, pair.ttft.centre)
-            if tpot_s is None:
+            ttft = waited_s + between(ttfts, load, ttft_loads)
+            if allowed is None:
                 return ttft_s is None or ttft <= ttft_s
-            allowed = (ttft_s or 0.0) + tokens * tpot_s
             batch = load + 1
-            tpot = between(pair.tpot.fit_mean, batch, pair.tpot.centre) * self._per_plain_step(schedule, rate, batch)
-            return ttft + tokens * tpot <= allowed
+            return ttft + tokens * between(tpots, batch, tpot_loads) * per_plain_step(schedule, rate, batch) <= allowed
 
         found = highest_fitting(fits, below, self._rooms.get((pool, cls), 0))
         if found is not None and found < below - 1 and len(self._rooms) < 4096:

@@ -45,17 +45,21 @@ def between(table: list[float], load: float, centres: Sequence[float]) -> float:
 def highest_fitting(fits: Callable[[int], bool], below: int, start: int) -> int | None:
     """The highest load under `below` that `fits` (non-decreasing loads fit less), None where
     0 does not. The load just under `below` is read first: a candidate within its room, the
-    usual case, needs no search. Past it, the search starts from `start` (the room found
-    last time: a room moves little from one decision to the next), brackets it by doubling
-    steps, and bisects the bracket, so an unmoved room costs two reads and any room is found
-    as a bisection of the whole range would find it."""
-    if below <= 0 or not fits(0):
+    usual case, needs that one read (every load under a fitting one fits too). Past it, the
+    search starts from `start` (the room found last time: a room moves little from one
+    decision to the next), brackets it by doubling steps, and bisects the bracket, so an
+    unmoved room costs three reads and any room is found as a bisection of the whole range
+    would find it. Load 0 is read only where nothing above it was found to fit."""
+    if below <= 0:
         return None
-    low, high = 0, below - 1  # fits(low)
+    high = below - 1
     if fits(high):
         return high
-    step = 1  # fits(low), not fits(high) from here on
-    if low < start < high:
+    if high == 0:
+        return None
+    low = None  # the highest load read that fits; not fits(high) from here on
+    step = 1
+    if 0 < start < high:
         if fits(start):
             low = start
             while low + step < high and fits(low + step):
@@ -63,9 +67,14 @@ def highest_fitting(fits: Callable[[int], bool], below: int, start: int) -> int 
             high = min(high, low + step)
         else:
             high = start
-            while high - step > low and not fits(high - step):
+            while high - step > 0 and not fits(high - step):
                 high, step = high - step, step * 2
-            low = max(low, high - step)
+            if high - step > 0:  # the loop stopped on a load that fits
+                low = high - step
+    if low is None:
+        if not fits(0):
+            return None
+        low = 0
     while high - low > 1:
         middle = (low + high) // 2
         if fits(middle):
