@@ -119,9 +119,7 @@ def main() -> None:
         calls = range(r * args.calls // args.rounds, (r + 1) * args.calls // args.rounds)
         before = reference_loop()
         for row in rows:
-            parts = timed_parts(row, calls, requests, policy, flags, model, draw)
-            for part, samples in parts.items():
-                row.parts[part].extend(samples)
+            timed_parts(row, calls, requests, policy, flags, model, draw)
             whole = timed_whole(row, calls, requests, policy, flags, model, draw)
             row.whole.extend(whole)
             row.rounds.append((calls.start, whole))
@@ -150,8 +148,8 @@ class Row:
 
 
 def timed_parts(row: Row, calls: range, requests: list[dict[str, Any]], policy: Policy, flags: Any,
-                model: LatencyModel, draw: random.Random) -> dict[str, list[float]]:
-    parts: dict[str, list[float]] = {"features": [], "decide": [], "admission": []}
+                model: LatencyModel, draw: random.Random) -> None:
+    """Each part timed on its own, into `row.parts`."""
     for i in calls:
         body, load = requests[i % len(requests)], row.loads[i % len(row.loads)]
         t0 = time.thread_time_ns()
@@ -162,9 +160,8 @@ def timed_parts(row: Row, calls: range, requests: list[dict[str, Any]], policy: 
         if found is not None:
             hold(found, row.judged.pools, ahead=i % 4)
         t3 = time.thread_time_ns()
-        for part, ns in zip(parts, (t1 - t0, t2 - t1, t3 - t2), strict=True):
-            parts[part].append(ns / 1000)
-    return parts
+        for samples, ns in zip(row.parts.values(), (t1 - t0, t2 - t1, t3 - t2), strict=True):
+            samples.append(ns / 1000)
 
 
 def timed_whole(row: Row, calls: range, requests: list[dict[str, Any]], policy: Policy, flags: Any,
