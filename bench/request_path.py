@@ -27,6 +27,7 @@ import cProfile
 import json
 import os
 import pstats
+import shutil
 import statistics
 import subprocess
 import sys
@@ -196,6 +197,7 @@ def main() -> None:
         for proc in (*targets.values(), backend):
             proc.terminate()
             proc.wait(timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
     print(table(rows, list(targets)))
 
 
