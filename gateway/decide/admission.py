@@ -42,6 +42,7 @@ last room found, only where it is past its room).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from gateway.decide.fastest import Fastest
@@ -106,8 +107,12 @@ def hold(found: Fastest, pools: Mapping[str, PoolSpec], ahead: int) -> Hold | No
             continue  # no load meets the objective there: waiting cannot bring it back
         # one lease back per E2E / load, until the load is down to the room with those ahead gone in
         wait = (estimate.load - room + ahead) * estimate.predicted.e2e_s / estimate.load
-        waits.append((wait, estimate.pool, room, objective(slo, found.tokens, estimate.predicted.tpot_s)))
+        waits.append((wait, estimate.pool, room, slo, estimate.predicted.tpot_s))
     if not waits:
         return None
-    wait, pool, room, own = min(waits)
-    return Hold(tuple(e.pool for e in found.estimates), own, wait, own, pool, room)
+    wait, pool, room, slo, tpot_s = min(waits, key=_by_wait)
+    own = objective(slo, found.tokens, tpot_s)
+    return Hold(tuple([e.pool for e in found.estimates]), own, wait, own, pool, room)
+
+
+_by_wait = itemgetter(0, 1)  # the shortest wait, then the pool by name

@@ -262,16 +262,15 @@ class LatencyModel:
 
     def room(self, pool: str, cls: str, ttft_s: float | None, tpot_s: float | None, tokens: float,
              below: int, waited_s: float = 0.0) -> int | None:
-        """The highest load under `below` at which one more request of `tokens` output
-        tokens, having waited `waited_s`, meets the objective: its wait and E2E within
-        `ttft_s + tokens x tpot_s` (no `ttft_s`: none; no `tpot_s`: its wait and TTFT within
-        `ttft_s`); None where no load does. Read on the pool's curve, not the class's tables
-        (one more sequence slows every class on the replica; the class counts through what
-        its drafts yield), between the buckets, each standing for the mean load of its
-        answers: the room moves by one request, not by a bucket of 32. The curves are
-        non-decreasing: `highest_fitting` finds it, from the room found last."""
-        pair, schedule = self._current_pool(pool), self.schedule(pool)
-        rate = self.acceptance.rate(pool, cls) if schedule.ever_drafts else 0.0
+        """The highest load under `below` at which one more request of `tokens` output tokens,
+        having waited `waited_s`, meets the objective: its wait and E2E within `ttft_s + tokens
+        x tpot_s` (no `ttft_s`: none; no `tpot_s`: its wait and TTFT within `ttft_s`); None where
+        no load does. Read on the pool's curve, not the class's tables (one more sequence slows
+        every class on the replica; the class counts through what its drafts yield), between
+        the buckets, each standing for the mean load of its answers: the room moves by one
+        request, not by a bucket of 32. `highest_fitting` finds it, from the room found last."""
+        pair, schedule = self._current_pool(pool), self.schedules.get(pool) or NO_DRAFTS  # `schedule`, inline
+        rate = self.acceptance.rate(pool, cls) if schedule.ever_drafts else None  # None: it never drafts
         ttfts, ttft_loads = pair.ttft.fit_mean, pair.ttft.centre
         tpots, tpot_loads = pair.tpot.fit_mean, pair.tpot.centre
         allowed = None if tpot_s is None else (ttft_s or 0.0) + tokens * tpot_s
@@ -280,8 +279,9 @@ class LatencyModel:
             ttft = waited_s + between(ttfts, load, ttft_loads)
             if allowed is None:
                 return ttft_s is None or ttft <= ttft_s
-            batch = load + 1
-            return ttft + tokens * between(tpots, batch, tpot_loads) * per_plain_step(schedule, rate, batch) <= allowed
+            tpot = between(tpots, load + 1, tpot_loads)
+            drafts = 1.0 if rate is None else per_plain_step(schedule, rate, load + 1)
+            return ttft + tokens * tpot * drafts <= allowed
 
         found = highest_fitting(fits, below, self._rooms.get((pool, cls), 0))
         if found is not None and found < below - 1 and len(self._rooms) < 4096:

@@ -36,41 +36,52 @@ def between(table: list[float], load: float, centres: Sequence[float]) -> float:
     """A fitted table's value at `load`, on the line between the loads its buckets stand
     for (`centres`, increasing) around it; past the last one, on the last segment's slope
     (never below the last value)."""
-    low = min(max(bisect_right(centres, load) - 1, 0), len(table) - 2)
-    x0, x1 = centres[low], centres[low + 1]
-    value = table[low] + (table[low + 1] - table[low]) * (load - x0) / (x1 - x0)
-    return max(value, table[low]) if load >= x0 else value
+    low = bisect_right(centres, load) - 1  # clamped by hand: builtins' calls cost on this path
+    if low < 0:
+        low = 0
+    elif low > len(table) - 2:
+        low = len(table) - 2
+    x0, y0 = centres[low], table[low]
+    value = y0 + (table[low + 1] - y0) * (load - x0) / (centres[low + 1] - x0)
+    return y0 if load >= x0 and value < y0 else value
 
 
 def highest_fitting(fits: Callable[[int], bool], below: int, start: int) -> int | None:
     """The highest load under `below` that `fits` (non-decreasing loads fit less), None where
-    0 does not. The load just under `below` is read first: a candidate within its room, the
-    usual case, needs that one read (every load under a fitting one fits too). Past it, the
-    search starts from `start` (the room found last time: a room moves little from one
-    decision to the next), brackets it by doubling steps, and bisects the bracket, so an
-    unmoved room costs three reads and any room is found as a bisection of the whole range
-    would find it. Load 0 is read only where nothing above it was found to fit."""
+    0 does not. `start`: the room found last time, when the load was past it (a room moves
+    little from one decision to the next). A candidate above that room is most likely still
+    past it: the loads just over it and at it are read first, so an unmoved room costs two
+    reads (a room grown past the load: the load just over it, then the one just under
+    `below`). Any other candidate reads the load just under `below` first: one within its
+    room, the usual case, needs that one read. A room that moved is bracketed by doubling
+    steps from where it was and the bracket bisected, so any room is found as a bisection
+    of the whole range would find it. Load 0 is read only where nothing above it fits."""
     if below <= 0:
         return None
     high = below - 1
-    if fits(high):
-        return high
-    if high == 0:
-        return None
-    low = None  # the highest load read that fits; not fits(high) from here on
+    low = None  # the highest load read that fits; `high` is one that does not from here on
     step = 1
     if 0 < start < high:
-        if fits(start):
-            low = start
+        if fits(start + 1):
+            if start + 1 == high or fits(high):
+                return high
+            low = start + 1
             while low + step < high and fits(low + step):
                 low, step = low + step, step * 2
             high = min(high, low + step)
+        elif fits(start):
+            return start
         else:
             high = start
             while high - step > 0 and not fits(high - step):
                 high, step = high - step, step * 2
             if high - step > 0:  # the loop stopped on a load that fits
                 low = high - step
+    else:
+        if fits(high):
+            return high
+        if high == 0:
+            return None
     if low is None:
         if not fits(0):
             return None

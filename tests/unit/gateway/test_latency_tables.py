@@ -30,13 +30,19 @@ def test_it_finds_what_a_scan_finds_from_any_start() -> None:
 
 
 def test_within_its_room_a_candidate_costs_one_read() -> None:
-    found, read = search(room=200, below=120, start=90)
-    assert found == 119 and read == [119]
+    for start in (0, 119, 150):  # none remembered, or a room at or over the load
+        found, read = search(room=200, below=120, start=start)
+        assert found == 119 and read == [119]
 
 
-def test_an_unmoved_room_costs_three_reads() -> None:
+def test_an_unmoved_room_costs_two_reads() -> None:
     found, read = search(room=90, below=250, start=90)
-    assert found == 90 and read == [249, 90, 91]
+    assert found == 90 and read == [91, 90]
+
+
+def test_a_room_grown_past_the_load_costs_two_reads() -> None:
+    found, read = search(room=200, below=120, start=90)
+    assert found == 119 and read == [91, 119]
 
 
 def test_a_room_moved_far_is_bracketed_then_bisected() -> None:
