@@ -158,7 +158,7 @@ def timed_parts(row: Row, calls: range, requests: list[dict[str, Any]], policy: 
         found = decide(features, row.judged, flags, draw.random(), model, draw).fastest
         t2 = time.thread_time_ns()
         if found is not None:
-            hold(found, row.judged.pools, ahead=i % 4)
+            hold(found, row.judged.objectives, ahead=i % 4)
         t3 = time.thread_time_ns()
         for samples, ns in zip(row.parts.values(), (t1 - t0, t2 - t1, t3 - t2), strict=True):
             samples.append(ns / 1000)
@@ -174,7 +174,7 @@ def timed_whole(row: Row, calls: range, requests: list[dict[str, Any]], policy: 
         features = extract_features(body, "chat", policy.defaults, policy.classifier, load)
         found = decide(features, row.judged, flags, draw.random(), model, draw).fastest
         if found is not None:
-            hold(found, row.judged.pools, ahead=i % 4)
+            hold(found, row.judged.objectives, ahead=i % 4)
         whole.append((time.thread_time_ns() - t0) / 1000)
     return whole
 

@@ -47,7 +47,6 @@ from typing import Any, NamedTuple
 
 from gateway.decide.fastest import Fastest
 from gateway.decide.latency import LatencyModel
-from gateway.policy.pools import PoolSpec
 from gateway.policy.priors import SloSpec
 
 
@@ -77,13 +76,13 @@ def objective(slo: SloSpec, tokens: float, tpot_s: float) -> float:
     return (slo.ttft_s or 0.0) + tokens * (slo.tpot_s if slo.tpot_s is not None else tpot_s)
 
 
-def past_rooms(found: Fastest, pools: Mapping[str, PoolSpec], model: LatencyModel) -> dict[str, int | None]:
-    """The candidates past their room, each with its room (None: no load meets the objective)."""
+def past_rooms(found: Fastest, objectives: Mapping[str, SloSpec], model: LatencyModel) -> dict[str, int | None]:
+    """The candidates past their room, each with its room (None: no load meets the objective).
+    `objectives`: each pool's that states one (`Policy.objectives`)."""
     past: dict[str, int | None] = {}
     for estimate in found.estimates:
-        spec = pools.get(estimate.pool)
-        slo = None if spec is None else spec.slo
-        if slo is None or not slo.stated or estimate.load == 0:
+        slo = objectives.get(estimate.pool)
+        if slo is None or estimate.load == 0:
             continue  # an idle candidate, or one with no objective, has room
         answer = model.answer_tokens(estimate.pool, found.tokens)
         room = model.room(estimate.pool, found.traffic, slo.ttft_s, slo.tpot_s, answer, estimate.load + 1,
@@ -93,7 +92,7 @@ def past_rooms(found: Fastest, pools: Mapping[str, PoolSpec], model: LatencyMode
     return past
 
 
-def hold(found: Fastest, pools: Mapping[str, PoolSpec], ahead: int) -> Hold | None:
+def hold(found: Fastest, objectives: Mapping[str, SloSpec], ahead: int) -> Hold | None:
     """A `Hold` when every candidate is past its room (`found.past`) and one of them can
     come back within it; None: admit now. `ahead`: requests already held that go before
     this one."""
@@ -101,9 +100,8 @@ def hold(found: Fastest, pools: Mapping[str, PoolSpec], ahead: int) -> Hold | No
         return None
     waits = []
     for estimate in found.estimates:
-        room, spec = found.past[estimate.pool], pools.get(estimate.pool)
-        slo = None if spec is None else spec.slo  # a policy reloaded since the draw may lack the pool
-        if room is None or slo is None:
+        room, slo = found.past[estimate.pool], objectives.get(estimate.pool)
+        if room is None or slo is None:  # None: a policy reloaded since the draw lacks the pool
             continue  # no load meets the objective there: waiting cannot bring it back
         # one lease back per E2E / load, until the load is down to the room with those ahead gone in
         wait = (estimate.load - room + ahead) * estimate.predicted.e2e_s / estimate.load

@@ -145,7 +145,7 @@ def _fastest(rule: CompiledRule, features: Features, policy: Policy, flags: Flag
     traffic = model_class(features, spec.domains, spec.default_domain)
     found = fastest(usable, features, traffic, tokens, model, rng)
     if policy.objectives:
-        found = found.within(past_rooms(found, policy.pools, model))
+        found = found.within(past_rooms(found, policy.objectives, model))
     return Decision(found.pool, rule.name, "; ".join(left_out), chain=found.chain(policy.fallback_chain(found.pool)),
                     fastest=found)
 

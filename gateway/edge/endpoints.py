@@ -173,7 +173,7 @@ class ProxyEndpoints:
         """Whether the decision would be held now, and how many are held (for explain)."""
         gate = self.runtime.gate
         found = routed.decision.fastest
-        held = None if found is None else hold(found, self.runtime.policy.pools, gate.ahead(0))
+        held = None if found is None else hold(found, self.runtime.policy.objectives, gate.ahead(0))
         return {"held_now": gate.held, "hold": None if held is None else held.to_json()}
 
     async def _admitted(self, routed: Routed, body: Mapping[str, Any], endpoint: str, headers: Mapping[str, str],
@@ -184,7 +184,7 @@ class ProxyEndpoints:
         gate, first, deadline = self.runtime.gate, None, 0.0
         rank = (0, 0.0, 0)
         while routed.decision.fastest is not None and self.latency is not None:
-            held = hold(routed.decision.fastest, self.runtime.policy.pools, gate.ahead(priority))
+            held = hold(routed.decision.fastest, self.runtime.policy.objectives, gate.ahead(priority))
             now = time.perf_counter()
             if held is None or (first is not None and deadline <= now):
                 break

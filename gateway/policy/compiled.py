@@ -13,6 +13,7 @@ from gateway.policy.conditions import Predicate
 from gateway.policy.features import Defaults
 from gateway.policy.kinds import KINDS, Schedule, schedule_of
 from gateway.policy.pools import PoolSpec, fallback_chain
+from gateway.policy.priors import SloSpec
 from gateway.policy.schema import PolicySpec
 
 
@@ -64,9 +65,10 @@ class Policy:
         return tuple(name for name, pool in self.pools.items() if KINDS[pool.kind].reports_acceptance)
 
     @cached_property
-    def objectives(self) -> bool:
-        """Whether any pool states an objective (`slo`): only then does admission read rooms."""
-        return any(pool.slo.stated for pool in self.pools.values())
+    def objectives(self) -> dict[str, SloSpec]:
+        """Each pool's objective, where it states one (`slo`): only where some pool does does
+        admission read rooms."""
+        return {name: pool.slo for name, pool in self.pools.items() if pool.slo.stated}
 
     @cached_property
     def standard_pools(self) -> tuple[str, ...]:

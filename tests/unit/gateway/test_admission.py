@@ -41,16 +41,16 @@ def features(load: dict[str, int]) -> Features:
 
 
 def decide(load: dict[str, int], pools: tuple[str, ...] = ("spec", "std"), tokens: int = 256,
-           specs: dict | None = None, model: LatencyModel | None = None) -> tuple:
+           objectives: dict | None = None, model: LatencyModel | None = None) -> tuple:
     """The draw of `route: fastest` with the candidates' rooms, as routing takes it."""
     model = model if model is not None else LatencyModel(POLICY.schedules)  # an empty model is falsy
     found = fastest(pools, features(load), "chat/greedy", tokens, model, None)
-    return found.within(past_rooms(found, specs or POLICY.pools, model)), model
+    return found.within(past_rooms(found, POLICY.objectives if objectives is None else objectives, model)), model
 
 
-def with_slo(slo: SloSpec) -> dict:
-    return {name: spec.model_copy(update={"slo": slo}) if spec.slo is not None else spec
-            for name, spec in POLICY.pools.items()}
+def with_slo(slo: SloSpec) -> dict[str, SloSpec]:
+    """Every pool's objective `slo`, as `Policy.objectives` gives them."""
+    return dict.fromkeys(POLICY.pools, slo)
 
 
 def room(model: LatencyModel, pool: str, **kwargs) -> int:
@@ -63,18 +63,18 @@ def room(model: LatencyModel, pool: str, **kwargs) -> int:
 def test_light_load_is_never_held() -> None:
     for load in ({"spec": 0, "std": 0}, {"spec": 40, "std": 0}, {"spec": 4, "std": 4}, {"spec": 36, "std": 16}):
         found, _ = decide(load)
-        assert hold(found, POLICY.pools, ahead=0) is None, load
+        assert hold(found, POLICY.objectives, ahead=0) is None, load
 
 
 def test_past_every_room_a_request_is_held_for_at_most_its_own_objective() -> None:
     found, _ = decide({"spec": 45, "std": 45})
-    held = hold(found, POLICY.pools, ahead=0)
+    held = hold(found, POLICY.objectives, ahead=0)
     assert held is not None and set(held.pools) == {"spec", "std"}
     assert held.objective_s == held.budget_s == 256 * 0.02
     assert 0 < held.expected_wait_s < held.budget_s
     assert "past its room" in held.why
     # those held ahead of it are in its expected wait
-    behind = hold(found, POLICY.pools, ahead=100)
+    behind = hold(found, POLICY.objectives, ahead=100)
     assert behind is not None and behind.expected_wait_s > held.expected_wait_s
 
 
@@ -86,8 +86,8 @@ def test_the_room_moves_by_one_request_not_by_a_bucket() -> None:
     rooms = [room(model, "std", tpot_s=tpot) for tpot in (0.022, 0.023, 0.024)]
     assert 31 <= rooms[0] < rooms[1] < rooms[2] < 63
     slower = with_slo(SloSpec(tpot_s=0.022))
-    assert decide({"spec": 500, "std": rooms[0]}, specs=slower)[0].past.keys() == {"spec"}
-    found, _ = decide({"spec": 500, "std": rooms[0] + 1}, specs=slower)
+    assert decide({"spec": 500, "std": rooms[0]}, objectives=slower)[0].past.keys() == {"spec"}
+    found, _ = decide({"spec": 500, "std": rooms[0] + 1}, objectives=slower)
     assert found.past == {"spec": room(model, "spec", tpot_s=0.022), "std": rooms[0]}
     assert hold(found, slower, ahead=0) is not None
 
@@ -175,29 +175,29 @@ def test_placement_keeps_to_a_candidate_within_its_room() -> None:
     assert found.pool == "spec"
     found, model = decide({"spec": 60, "std": 5})
     assert set(found.past) == {"spec"} and found.pool == "std"
-    assert hold(found, POLICY.pools, ahead=0) is None
+    assert hold(found, POLICY.objectives, ahead=0) is None
     assert found.best == min(found.estimates, key=lambda e: e.cost_s).pool  # what the model prefers, kept
 
 
 def test_a_pool_without_an_objective_always_has_room() -> None:
     found, _ = decide({"spec": 40, "free": 500}, ("spec", "free"))
     assert "free" not in found.past
-    assert hold(found, POLICY.pools, ahead=0) is None
+    assert hold(found, POLICY.objectives, ahead=0) is None
 
 
 def test_no_room_is_read_where_no_pool_states_an_objective() -> None:
     # every pool's `slo` defaults to an empty one: the shipped policy reads no room per request
-    assert POLICY.objectives and not load_policy(default_policy_path()).objectives
+    assert POLICY.objectives.keys() == {"spec", "std"} and not load_policy(default_policy_path()).objectives
     empty = parse_policy(POLICY_YAML.replace("slo: {tpot_s: 0.02}", "slo: {}"))
     assert not empty.objectives and not empty.pools["spec"].slo.stated
-    found, _ = decide({"spec": 10**6, "std": 10**6}, specs=empty.pools)
-    assert found.past == {} and hold(found, empty.pools, ahead=0) is None
+    found, _ = decide({"spec": 10**6, "std": 10**6}, objectives=empty.objectives)
+    assert found.past == {} and hold(found, empty.objectives, ahead=0) is None
 
 
 def test_an_objective_no_load_meets_is_never_waited_for() -> None:
-    strict = {name: spec.model_copy(update={"slo": SloSpec(tpot_s=0.001)}) for name, spec in POLICY.pools.items()}
+    strict = with_slo(SloSpec(tpot_s=0.001))
     for load in (1, 33, 600):
-        found, _ = decide({"spec": load, "std": load}, specs=strict)
+        found, _ = decide({"spec": load, "std": load}, objectives=strict)
         assert found.past == {"spec": None, "std": None}, load
         assert hold(found, strict, ahead=0) is None, load
 
@@ -207,7 +207,7 @@ def test_a_first_token_objective_alone_bounds_the_ttft() -> None:
     _, model = decide({"spec": 0, "std": 0})
     highest = model.room("std", "chat/greedy", 0.2, None, 256, 1000)
     assert highest is not None and model.room("std", "chat/greedy", 0.3, None, 256, 1000) > highest
-    found, _ = decide({"spec": 2000, "std": highest + 1}, specs=ttft_only)
+    found, _ = decide({"spec": 2000, "std": highest + 1}, objectives=ttft_only)
     assert hold(found, ttft_only, ahead=0) is not None
 
 
