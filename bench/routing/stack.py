@@ -74,11 +74,13 @@ def replica_kinds(policy: dict[str, Any]) -> list[tuple[str, list[list[int]] | N
 
 
 def gateway_policy(policy: dict[str, Any], urls: list[str]) -> dict[str, Any]:
-    """`policy` with its pools' endpoints pointed at `urls`, in the order `replica_kinds` gives."""
+    """`policy` with its pools' endpoints pointed at `urls`, in the order `replica_kinds` gives.
+    A pool's `model` (the name a GPU fleet serves) is dropped: the simulators serve the replay's own."""
     policy = copy.deepcopy(policy)
     remaining = iter(urls)
     for pool in policy["pools"].values():
         pool["endpoints"] = [{"url": next(remaining)} for _ in pool["endpoints"]]
+        pool.pop("model", None)
     return policy
 
 
@@ -134,17 +136,22 @@ def start(way: str, work: Path, time_scale: float, sim_args: list[str],
     procs.append(_spawn(["serve", "--policy", str(path), "--port", str(port)], work / f"gateway-{way}.log"))
     stack = Stack(f"http://127.0.0.1:{port}", urls, procs)
     try:
-        _wait_ready([(url, "/health") for url in urls] + [(stack.url, "/readyz")])
+        _wait_ready([(url, "/health") for url in urls] + [(stack.url, "/readyz")], procs, work / f"gateway-{way}.log")
     except RuntimeError:
         stack.stop()
         raise
     return stack
 
 
-def _wait_ready(targets: list[tuple[str, str]]) -> None:
+def _wait_ready(targets: list[tuple[str, str]], procs: list[subprocess.Popen[bytes]], log: Path) -> None:
+    """Each target answering 200 on its path, in turn; its process (the same place in `procs`)
+    exiting first ends the wait at once (the gateway's reason is in `log`)."""
     deadline = time.monotonic() + 90
-    for url, path in targets:
+    for (url, path), proc in zip(targets, procs, strict=True):
         while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{url} exited with status {proc.returncode} before it was ready; "
+                                   f"the gateway's log: {log}")
             try:
                 if httpx.get(url + path, timeout=1, trust_env=False).status_code == 200:
                     break
