@@ -145,13 +145,13 @@ def start(way: str, work: Path, time_scale: float, sim_args: list[str],
 
 def _wait_ready(targets: list[tuple[str, str]], procs: list[subprocess.Popen[bytes]], log: Path) -> None:
     """Each target answering 200 on its path, in turn; its process (the same place in `procs`)
-    exiting first ends the wait at once (the gateway's reason is in `log`)."""
+    exiting first ends the wait at once. A simulator's stderr is dropped; the gateway's is `log`."""
     deadline = time.monotonic() + 90
     for (url, path), proc in zip(targets, procs, strict=True):
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"{url} exited with status {proc.returncode} before it was ready; "
-                                   f"the gateway's log: {log}")
+                raise RuntimeError(f"{url} exited with status {proc.returncode} before it was ready "
+                                   f"(the gateway's log: {log})")
             try:
                 if httpx.get(url + path, timeout=1, trust_env=False).status_code == 200:
                     break

@@ -66,8 +66,8 @@ class Policy:
 
     @cached_property
     def objectives(self) -> dict[str, SloSpec]:
-        """Each pool's objective, where it states one (`slo`): only where some pool does does
-        admission read rooms."""
+        """Each pool's objective, where it states one (`slo`); admission reads rooms only
+        where this is not empty."""
         return {name: pool.slo for name, pool in self.pools.items() if pool.slo.stated}
 
     @cached_property
