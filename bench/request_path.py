@@ -13,7 +13,8 @@ Without the server's parsing and the load generator on the same two cores, one
 round of this spreads far less than a round of bench/overhead.py, so a change to
 the request path shows here first. `--baseline REF` runs the same measure on the
 app as of git commit REF (exported to a temporary folder), interleaved round by
-round.
+round. The app runs on uvloop where it is installed, as `specgate serve` does under
+uvicorn; `--loops asyncio,uvloop` runs it on each event loop, side by side.
 
     python bench/request_path.py [--requests 4000] [--rounds 5] [--concurrency 1,32] [--baseline REF]
     python bench/request_path.py --modes stream --profile   # and where the time went, by self time
@@ -24,6 +25,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import importlib.util
+import itertools
 import json
 import os
 import pstats
@@ -137,11 +140,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--modes", default="json,stream", help="json (non-streamed), stream, or both")
     parser.add_argument("--concurrency", type=lambda text: [int(c) for c in text.split(",")], default=[1, 32])
     parser.add_argument("--baseline", metavar="REF", help="also measure the app as of this git commit")
+    served = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"  # as uvicorn's `loop: auto` picks
+    parser.add_argument("--loops", type=_loops, default=[served], metavar="LOOP[,LOOP]",
+                        help="the event loops to run the app on, each a target: uvloop and/or asyncio "
+                             f"(default: {served}, the one `specgate serve` runs on here)")
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of each target's rounds")
     parser.add_argument("--top", type=int, default=40, help="rows of the profile (default 40)")
     parser.add_argument("--policy", type=Path, help=argparse.SUPPRESS)  # a baseline's, from the parent
     parser.add_argument("--lockstep", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
+
+
+def runner(loop: str) -> asyncio.Runner:
+    """A runner on the event loop named."""
+    if loop == "uvloop":
+        import uvloop
+        return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    return asyncio.Runner()
+
+
+def _loops(text: str) -> list[str]:
+    loops = text.split(",")
+    unknown = set(loops) - {"asyncio", "uvloop"}
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown event loop(s) {', '.join(sorted(unknown))}: "
+                                         "choose asyncio and/or uvloop")
+    return loops
 
 
 def pin(index: int) -> Any:
@@ -164,7 +188,8 @@ def export_tree(ref: str, into: Path) -> Path:
 def main() -> None:
     args = parse_args()
     if args.policy is not None:  # a target of the parent's, one JSON line per round
-        asyncio.run(run_rounds(args.policy, args, sys.stdout))
+        with runner(args.loops[0]) as run:
+            run.run(run_rounds(args.policy, args, sys.stdout))
         return
     sys.path.insert(0, str(HERE))
     from overhead import bench_policy, free_port, wait_port
@@ -184,9 +209,10 @@ def main() -> None:
         passed = [f"--requests={args.requests}", f"--rounds={args.rounds}", f"--modes={args.modes}",
                   "--concurrency=" + ",".join(map(str, args.concurrency)), f"--top={args.top}",
                   *(["--profile"] if args.profile else [])]
-        for name, tree in trees.items():
-            targets[name] = subprocess.Popen(
-                [sys.executable, str(HERE / "request_path.py"), *passed, f"--policy={policy}", "--lockstep"],
+        for (name, tree), loop in itertools.product(trees.items(), args.loops):
+            targets[name if len(args.loops) == 1 else f"{name} ({loop})"] = subprocess.Popen(
+                [sys.executable, str(HERE / "request_path.py"), *passed, f"--policy={policy}", "--lockstep",
+                 f"--loops={loop}"],
                 cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, preexec_fn=pin(-1))
         rows = interleave(targets, args)

@@ -23,3 +23,21 @@ def test_the_request_path_benchmark_measures_every_mode_and_concurrency() -> Non
         rounds, median, failed = cells[2], cells[3], cells[4]
         assert len(rounds.split(",")) == 2 and all(float(v) > 0 for v in rounds.split(",")), row
         assert float(median) > 0 and failed == "0", row
+
+
+def test_each_event_loop_asked_for_is_a_target_of_its_own() -> None:
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "request_path.py"), "--requests", "20",
+                          "--rounds", "1", "--modes", "json", "--concurrency", "2", "--loops", "asyncio,uvloop"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert run.returncode == 0, run.stderr
+    header = next(line for line in run.stdout.splitlines() if line.startswith("| mode |"))
+    assert "gateway (asyncio) median" in header and "gateway (uvloop) median" in header, run.stdout
+    row = next(line for line in run.stdout.splitlines() if line.startswith("| json |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert all(float(v) > 0 for v in cells[2:6]) and cells[6] == "0", row
+
+
+def test_an_unknown_event_loop_is_refused_by_name() -> None:
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "request_path.py"), "--loops", "trio"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert run.returncode == 2 and "unknown event loop(s) trio" in run.stderr, run.stderr
