@@ -160,7 +160,7 @@ def runner(loop: str) -> asyncio.Runner:
 
 
 def _loops(text: str) -> list[str]:
-    loops = text.split(",")
+    loops = list(dict.fromkeys(text.split(",")))  # a loop named twice is one target, not two of one name
     unknown = set(loops) - {"asyncio", "uvloop"}
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown event loop(s) {', '.join(sorted(unknown))}: "

@@ -41,3 +41,12 @@ def test_an_unknown_event_loop_is_refused_by_name() -> None:
     run = subprocess.run([sys.executable, str(ROOT / "bench" / "request_path.py"), "--loops", "trio"],
                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert run.returncode == 2 and "unknown event loop(s) trio" in run.stderr, run.stderr
+
+
+def test_a_loop_named_twice_is_one_target() -> None:
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "request_path.py"), "--requests", "10",
+                          "--rounds", "1", "--modes", "json", "--concurrency", "1", "--loops", "asyncio,asyncio"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert run.returncode == 0, run.stderr
+    header = next(line for line in run.stdout.splitlines() if line.startswith("| mode |"))
+    assert header.count("gateway") == 2 and "(asyncio)" not in header, header  # rounds and median of one target
