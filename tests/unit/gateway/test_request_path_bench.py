@@ -10,10 +10,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 
 
+def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "request_path.py"), *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+
+
+def header_of(run: subprocess.CompletedProcess[str]) -> str:
+    assert run.returncode == 0, run.stderr
+    return next(line for line in run.stdout.splitlines() if line.startswith("| mode |"))
+
+
 def test_the_request_path_benchmark_measures_every_mode_and_concurrency() -> None:
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "request_path.py"), "--requests", "30",
-                          "--rounds", "2", "--modes", "json,stream", "--concurrency", "1,4"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    run = bench("--requests", "30", "--rounds", "2", "--modes", "json,stream", "--concurrency", "1,4")
     assert run.returncode == 0, run.stderr
     rows = [line for line in run.stdout.splitlines() if line.startswith(("| json |", "| stream |"))]
     assert [row.split("|")[1:3] for row in rows] == [[" json ", " 1 "], [" json ", " 4 "],
@@ -26,11 +34,9 @@ def test_the_request_path_benchmark_measures_every_mode_and_concurrency() -> Non
 
 
 def test_each_event_loop_asked_for_is_a_target_of_its_own() -> None:
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "request_path.py"), "--requests", "20",
-                          "--rounds", "1", "--modes", "json", "--concurrency", "2", "--loops", "asyncio,uvloop"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert run.returncode == 0, run.stderr
-    header = next(line for line in run.stdout.splitlines() if line.startswith("| mode |"))
+    run = bench("--requests", "20", "--rounds", "1", "--modes", "json", "--concurrency", "2",
+                "--loops", "asyncio,uvloop")
+    header = header_of(run)
     assert "gateway (asyncio) median" in header and "gateway (uvloop) median" in header, run.stdout
     row = next(line for line in run.stdout.splitlines() if line.startswith("| json |"))
     cells = [cell.strip() for cell in row.strip("|").split("|")]
@@ -38,15 +44,11 @@ def test_each_event_loop_asked_for_is_a_target_of_its_own() -> None:
 
 
 def test_an_unknown_event_loop_is_refused_by_name() -> None:
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "request_path.py"), "--loops", "trio"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    run = bench("--loops", "trio", timeout=60)
     assert run.returncode == 2 and "unknown event loop(s) trio" in run.stderr, run.stderr
 
 
 def test_a_loop_named_twice_is_one_target() -> None:
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "request_path.py"), "--requests", "10",
-                          "--rounds", "1", "--modes", "json", "--concurrency", "1", "--loops", "asyncio,asyncio"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert run.returncode == 0, run.stderr
-    header = next(line for line in run.stdout.splitlines() if line.startswith("| mode |"))
+    header = header_of(bench("--requests", "10", "--rounds", "1", "--modes", "json", "--concurrency", "1",
+                             "--loops", "asyncio,asyncio"))
     assert header.count("gateway") == 2 and "(asyncio)" not in header, header  # rounds and median of one target
