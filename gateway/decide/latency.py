@@ -74,7 +74,7 @@ from gateway.decide.latency_tables import (
     bucket_label,
     bucket_load,
     class_anchor,
-    highest_fitting,
+    highest_fitting_in_stretches,
 )
 from gateway.policy.kinds import Schedule
 
@@ -268,22 +268,22 @@ class LatencyModel:
         no load does. Read on the pool's curve, not the class's tables (one more sequence slows
         every class on the replica; the class counts through what its drafts yield), between
         the buckets, each standing for the mean load of its answers: the room moves by one
-        request, not by a bucket of 32. `highest_fitting` finds it, from the room found last."""
+        request, not by a bucket of 32. Found from the last room, a stretch of one drafting count at a time."""
         pair, schedule = self._current_pool(pool), self.schedules.get(pool) or NO_DRAFTS  # `schedule`, inline
         rate = self.acceptance.rate(pool, cls) if schedule.ever_drafts else None  # None: it never drafts
         ttfts, ttft_loads = pair.ttft.fit_mean, pair.ttft.centre
         tpots, tpot_loads = pair.tpot.fit_mean, pair.tpot.centre
         allowed = None if tpot_s is None else (ttft_s or 0.0) + tokens * tpot_s
-        per_plain_step = self._per_plain_step
         def fits(load: int) -> bool:
             ttft = waited_s + between(ttfts, load, ttft_loads)
             if allowed is None:
                 return ttft_s is None or ttft <= ttft_s
             tpot = between(tpots, load + 1, tpot_loads)
-            drafts = 1.0 if rate is None else per_plain_step(schedule, rate, load + 1)
+            drafts = 1.0 if rate is None else self._per_plain_step(schedule, rate, load + 1)
             return ttft + tokens * tpot * drafts <= allowed
 
-        found = highest_fitting(fits, below, self._rooms.get((pool, cls), 0))
+        found = highest_fitting_in_stretches(fits, below, self._rooms.get((pool, cls), 0),
+                                             [c - 1 for c in schedule.changes] if rate is not None else ())
         if found is not None and found < below - 1 and len(self._rooms) < 4096:
             self._rooms[pool, cls] = found  # past the load: where the next search starts
         return found

@@ -95,6 +95,24 @@ def highest_fitting(fits: Callable[[int], bool], below: int, start: int) -> int 
     return low
 
 
+def highest_fitting_in_stretches(fits: Callable[[int], bool], below: int, start: int,
+                                 firsts: Sequence[int]) -> int | None:
+    """`highest_fitting` where loads fit less as they grow only within each stretch that starts
+    at one of `firsts` (increasing; the first stretch starts at 0): each searched from the top
+    stretch under `below` down, the first holding a load that fits giving it. A dynamic pool's
+    drafts change at its switch: a class whose drafts collapsed fits just past it, not below."""
+    top = below
+    for first in reversed(firsts):
+        if 0 < first < top:
+            def shifted(load: int, first: int = first) -> bool:
+                return fits(first + load)
+            found = highest_fitting(shifted, top - first, start - first)
+            if found is not None:
+                return first + found
+            top = first
+    return highest_fitting(fits, top, start)
+
+
 def isotonic(values: list[float], weights: list[float]) -> None:
     """Pool adjacent violators, in place: the nearest non-decreasing sequence by weight."""
     starts: list[int] = []

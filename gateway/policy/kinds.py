@@ -38,9 +38,16 @@ class Schedule:
     """Draft tokens per decoding batch size, as inclusive (lo, hi, k) ranges."""
     ranges: tuple[tuple[int, int, int], ...] = ()
     ever_drafts: bool = field(init=False, repr=False, compare=False)  # some batch size drafts
+    changes: tuple[int, ...] = field(init=False, repr=False, compare=False)  # sizes drafting unlike the size below
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ever_drafts", any(k > 0 for _, _, k in self.ranges))
+        changes, before = [], 0
+        for lo, _, k in self.ranges:
+            if k != before and lo > 1:
+                changes.append(lo)
+            before = k
+        object.__setattr__(self, "changes", tuple(changes))
 
     def drafts(self, batch: int) -> int:
         """vLLM's lookup: the k of the last range that starts at or below `batch`."""

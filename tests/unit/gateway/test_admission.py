@@ -11,6 +11,7 @@ from gateway.decide.admission import hold, past_rooms
 from gateway.decide.fastest import fastest
 from gateway.decide.latency import LatencyModel
 from gateway.policy.features import Features
+from gateway.policy.kinds import Schedule
 from gateway.policy.loader import load_policy, parse_policy
 from gateway.policy.priors import SloSpec
 from gateway.settings import default_policy_path
@@ -155,6 +156,32 @@ def test_the_room_searched_from_the_last_one_is_the_highest_load_that_fits() -> 
         assert found == max(fitting)
         rooms.append(found)
     assert len(set(rooms)) >= 6 and 0 < min(rooms) and max(rooms) < 499  # it moved, inside the range
+
+
+def test_on_a_dynamic_pool_a_class_whose_drafts_collapsed_has_its_room_past_the_switch() -> None:
+    # drafting costs such a class more than a plain step: it fits just past the switch, where the
+    # replica decodes plainly, and not below it; the room is still the highest load that fits
+    schedules = {"early": Schedule(((1, 8, 4), (9, 9, 0))), "late": Schedule(((1, 16, 4), (17, 17, 0)))}
+
+    def collapsed() -> LatencyModel:
+        model = LatencyModel(schedules)
+        for pool in schedules:
+            for _ in range(50):
+                model.acceptance.observe(pool, "code/greedy", 1.05, 4)  # 1.05 tokens a drafting step
+        return model
+
+    windows = 0
+    for pool in schedules:
+        for tpot in (0.013, 0.014, 0.015, 0.016, 0.02, 0.025):
+            # room(..., below=load + 1) on a model with no room found before reads `load` first
+            fitting = [load for load in range(60) if collapsed().room(pool, "code/greedy", None, tpot, 256, load + 1)
+                       == load]
+            windows += any(load + 1 not in fitting and load + 1 < 60 for load in fitting[:-1])
+            model = collapsed()
+            for below in (60, 12, 5, 30, 9, 60, 20, 3):
+                assert model.room(pool, "code/greedy", None, tpot, 256, below) == max(
+                    [load for load in fitting if load < below], default=None), (pool, tpot, below, fitting)
+    assert windows > 0  # some objective fits past a switch and not below it
 
 
 def test_the_room_is_the_pools_not_one_classs() -> None:
