@@ -5,9 +5,12 @@ Two pools (one speculative) x 16 traffic classes, loads drawn from 0-300.
 the next prediction refits that pair's table, at most once per `refit_s` (0.1 s
 by default) of its data: the rows "refit every time" set refit_s = 0, the
 worst case. "observe + 2 predicts" is what a routed request costs (one answer,
-one prediction per pool). Per call, in microseconds.
+one prediction per pool). "room" is admission's read of a candidate's room at
+a 30 ms objective per token. `--kind dynamic` makes the drafting pool one that
+stops drafting past 8 in flight, whose room is searched a stretch at a time.
+Per call, in microseconds.
 
-    python bench/latency_model.py [--calls 20000]
+    python bench/latency_model.py [--calls 20000] [--kind dynamic]
 """
 
 from __future__ import annotations
@@ -43,14 +46,18 @@ def timed(calls: int, step: Callable[[int], object]) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20000)
+    parser.add_argument("--kind", choices=("speculative", "dynamic"), default="speculative",
+                        help="the drafting pool's kind (dynamic: 4 drafts up to 8 in flight, none past)")
     args = parser.parse_args()
+    drafting = (schedule_of(PoolKind.SPECULATIVE, 3) if args.kind == "speculative"
+                else schedule_of(PoolKind.DYNAMIC, 4, [[1, 8, 4], [9, 9, 0]]))
     rng = random.Random(3)
     picks = [(rng.choice(POOLS), rng.choice(CLASSES), rng.randrange(300), rng.uniform(0.05, 0.2),
               rng.uniform(0.005, 0.05)) for _ in range(args.calls)]
     print("| call | p50 µs | p99 µs | mean µs |")
     print("|---|---|---|---|")
     for refit_s, label in ((0.1, ""), (0.0, ", refit every time")):
-        model = LatencyModel({"speculative": schedule_of(PoolKind.SPECULATIVE, 3)}, refit_s=refit_s)
+        model = LatencyModel({"speculative": drafting}, refit_s=refit_s)
         for pool, cls, load, ttft, tpot in picks:  # warm: every pair has data and a fitted table
             model.observe(pool, cls, load, ttft, tpot)
         for pool, cls, load, _, _ in picks:
@@ -83,8 +90,12 @@ def cases(model: LatencyModel, picks: list[tuple[str, str, int, float, float]]
     def estimate(i: int) -> None:
         model.estimate(picks[i][0], picks[i][1], picks[i][2], 256)
 
+    def room(i: int) -> None:
+        model.room(picks[i][0], picks[i][1], None, 0.03, 256, picks[i][2] + 1)
+
     return [("observe", observe), ("predict (fitted)", predict), ("observe + predict after it", observe_then_predict),
-            ("observe + 2 predicts (a routed request)", routed), ("estimate with the slope (fitted)", estimate)]
+            ("observe + 2 predicts (a routed request)", routed), ("estimate with the slope (fitted)", estimate),
+            ("room", room)]
 
 
 if __name__ == "__main__":

@@ -283,7 +283,7 @@ class LatencyModel:
             return ttft + tokens * tpot * drafts <= allowed
 
         found = highest_fitting_in_stretches(fits, below, self._rooms.get((pool, cls), 0),
-                                             [c - 1 for c in schedule.changes] if rate is not None else ())
+                                             schedule.stretches if rate is not None else ())
         if found is not None and found < below - 1 and len(self._rooms) < 4096:
             self._rooms[pool, cls] = found  # past the load: where the next search starts
         return found

@@ -38,16 +38,18 @@ class Schedule:
     """Draft tokens per decoding batch size, as inclusive (lo, hi, k) ranges."""
     ranges: tuple[tuple[int, int, int], ...] = ()
     ever_drafts: bool = field(init=False, repr=False, compare=False)  # some batch size drafts
-    changes: tuple[int, ...] = field(init=False, repr=False, compare=False)  # sizes drafting unlike the size below
+    # The loads (sequences running) past which one more drafts unlike at the load below: where
+    # a stretch of one drafting count starts, for the room's search (LatencyModel.room).
+    stretches: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ever_drafts", any(k > 0 for _, _, k in self.ranges))
-        changes, before = [], 0
+        starts, before = [], 0
         for lo, _, k in self.ranges:
             if k != before and lo > 1:
-                changes.append(lo)
+                starts.append(lo - 1)  # the batch `lo` is that load plus the one more
             before = k
-        object.__setattr__(self, "changes", tuple(changes))
+        object.__setattr__(self, "stretches", tuple(starts))
 
     def drafts(self, batch: int) -> int:
         """vLLM's lookup: the k of the last range that starts at or below `batch`."""

@@ -72,6 +72,9 @@ def test_the_gateway_reads_a_schedule_as_the_engines_do(ranges) -> None:
     engine = SpeculationSchedule.parse(ranges)
     gateway = schedule_of(PoolKind.DYNAMIC, 8, ranges)
     assert [gateway.drafts(b) for b in range(1, 2000)] == [engine.tokens_at(b, 8) for b in range(1, 2000)]
+    # the room's stretches start at exactly the loads past which one more sequence drafts unlike the load below
+    assert gateway.stretches == tuple(load for load in range(1, 2000)
+                                      if gateway.drafts(load + 1) != gateway.drafts(load))
 
 
 def test_policy_priors_are_settable_and_checked() -> None:
