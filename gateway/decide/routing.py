@@ -12,7 +12,11 @@ way, for that class only.
 A rule with `route: fastest` chooses among its candidates by predicted E2E
 (gateway.decide.fastest). A candidate whose flag is off, or off for the
 request's class, is not a candidate (but the probe share still goes to it);
-with none left the request takes the first candidate's fallback.
+with none left the request takes the first candidate's fallback. The guard's
+verdicts (not `force_off`) leave a candidate out only while another candidate
+that is on would decode the request plainly at its load: on a fleet where
+every other candidate drafts too, leaving it out moves the request onto a pool
+that drafts as much, and takes the pool's capacity from the fleet.
 """
 
 from __future__ import annotations
@@ -129,15 +133,25 @@ def cold_model(policy: Policy) -> LatencyModel:
 
 def _fastest(rule: CompiledRule, features: Features, policy: Policy, flags: FlagSnapshot, draw: float,
              model: LatencyModel, rng: random.Random | None) -> Decision:
-    usable, left_out = [], []
+    usable, offs = [], {}
     for pool in rule.candidates:
         off = _off(pool, features, flags)
         if off is None:
             usable.append(pool)
-            continue
-        left_out.append(f"'{pool}' is off ({off[0]})")
-        if off[1] and draw < policy.spec.guard.speculative.probe_fraction:
-            return _probe(pool, rule.name, off[0])
+        else:
+            offs[pool] = off
+    left_out = []
+    if offs and not _any_plain(usable, features, policy):
+        # the guard's verdict moves a request onto a pool that drafts less: with none to go to,
+        # leaving its pool out would only take that pool's capacity from the fleet
+        left_out = [f"'{pool}' is off ({why}) but kept: no candidate on decodes plainly"
+                    for pool, (why, guard) in offs.items() if guard]
+        usable = [pool for pool in rule.candidates if pool in usable or offs[pool][1]]
+        offs = {pool: off for pool, off in offs.items() if not off[1]}
+    for pool, (why, probing) in offs.items():
+        left_out.append(f"'{pool}' is off ({why})")
+        if probing and draw < policy.spec.guard.speculative.probe_fraction:
+            return _probe(pool, rule.name, why)
     if not usable:
         return _guarded(Decision(rule.candidates[0], rule.name, "; ".join(left_out)), features, policy, flags, draw)
     spec = policy.spec
@@ -148,6 +162,12 @@ def _fastest(rule: CompiledRule, features: Features, policy: Policy, flags: Flag
         found = found.within(past_rooms(found, policy.objectives, model))
     return Decision(found.pool, rule.name, "; ".join(left_out), chain=found.chain(policy.fallback_chain(found.pool)),
                     fastest=found)
+
+
+def _any_plain(pools: list[str], features: Features, policy: Policy) -> bool:
+    """Whether one of `pools` would decode the request without drafting, at its load plus the request."""
+    schedules, loads = policy.schedules, features.load
+    return any(schedules[p].drafts(loads.get(p, 0) + 1) == 0 for p in pools)
 
 
 def _off(pool: str, features: Features, flags: FlagSnapshot) -> tuple[str, bool] | None:

@@ -215,3 +215,55 @@ def test_fastest_is_a_route_not_a_pool_name_and_candidates_are_taken_once():
     policy = parse_policy(f"version: 1\npools:\n  a: {pool}\n  b: {pool}\n"
                           "rules:\n  - {name: r, route: fastest, candidates: [b, a, b]}\n")
     assert policy.rules[0].candidates == ("b", "a")
+
+
+STAGGERED = parse_policy("""
+version: 1
+pools:
+  late: {kind: dynamic, speculation_schedule: [[1, 16, 4], [17, 17, 0]], endpoints: [{url: "http://127.0.0.1:1"}],
+         fallback: early}
+  early: {kind: dynamic, speculation_schedule: [[1, 8, 4], [9, 9, 0]], endpoints: [{url: "http://127.0.0.1:2"}]}
+rules:
+  - {name: default, route: fastest}
+""")
+
+
+def staggered_flags(*off: str, mode: Mode | None = None):
+    store = FlagStore(STAGGERED.speculative_pools)
+    for pool in off:
+        store.set_guard(pool, False, "low_acceptance")
+        if mode is not None:
+            store.set_mode(pool, mode)
+    return store.snapshot()
+
+
+def staggered(flags, load, n=200):
+    model = LatencyModel(STAGGERED.schedules, clock=lambda: 0.0)
+    for pool, tpot in (("late", 0.02), ("early", 0.04)):  # the pool the guard turned off is the faster one
+        for _ in range(50):
+            model.observe(pool, CHAT, load.get(pool, 0), 0.05, tpot)
+    rng = random.Random(3)
+    request = extract_features(body(), "chat", STAGGERED.defaults, STAGGERED.classifier, load)
+    decisions = [decide(request, STAGGERED, flags, 0.5, model, rng) for _ in range(n)]
+    return Counter(d.pool for d in decisions), decisions
+
+
+STAGGERED_CASES = [
+    # (id, pools the guard turned off, loads, mode, who may win, whether the off pool stays a candidate)
+    ("every other candidate drafts: the off pool stays", ("late",), {}, None, {"late"}, True),
+    ("both off, both draft: both stay", ("late", "early"), {}, None, {"late"}, True),
+    ("the other decodes plainly past its switch: the off pool goes", ("late",), {"early": 8}, None, {"early"},
+     False),
+    ("force_off is the operator's: it goes whatever the others draft", ("late",), {}, Mode.FORCE_OFF, {"early"},
+     False),
+]
+
+
+@pytest.mark.parametrize("off,load,mode,winners,kept", [c[1:] for c in STAGGERED_CASES],
+                         ids=[c[0] for c in STAGGERED_CASES])
+def test_a_guard_verdict_leaves_a_pool_out_only_for_one_that_decodes_plainly(off, load, mode, winners, kept):
+    counts, decisions = staggered(staggered_flags(*off, mode=mode), load)
+    assert set(counts) == winners
+    for d in decisions:
+        assert ("late" in [e.pool for e in d.fastest.estimates]) == kept
+        assert ("'late' is off" in d.reason) and (("but kept" in d.reason) == kept)
