@@ -145,7 +145,7 @@ def _fastest(rule: CompiledRule, features: Features, policy: Policy, flags: Flag
         # the guard's verdict moves a request onto a pool that drafts less: with none to go to,
         # leaving its pool out would only take that pool's capacity from the fleet
         left_out = [f"'{pool}' is off ({why}) but kept: no candidate on decodes plainly"
-                    for pool, (why, guard) in offs.items() if guard]
+                    for pool, (why, probing) in offs.items() if probing]
         usable = [pool for pool in rule.candidates if pool in usable or offs[pool][1]]
         offs = {pool: off for pool, off in offs.items() if not off[1]}
     for pool, (why, probing) in offs.items():
