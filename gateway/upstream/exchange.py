@@ -29,7 +29,7 @@ from gateway.upstream.claim import Claim
 from gateway.upstream.drafting import Drafting
 from gateway.upstream.meter import Measurement, TokenMeter
 from gateway.upstream.pacing import paces
-from gateway.upstream.pools import Pool
+from gateway.upstream.pools import Lease, Pool
 from gateway.upstream.prompt_key import PromptKey
 from gateway.upstream.proxy import Forwarder, Opened, Outbound, Standing
 from gateway.upstream.response_homes import ResponseHomes
@@ -219,15 +219,16 @@ class Exchange:
 
     async def finish(self, outcome: Outcome) -> None:
         """Give the claim back and record the exchange; once, whatever happened."""
+        held = self.claim.lease  # an answer that never began still went to this endpoint
         try:
             await self.claim.give_back(outcome.verdict(), outcome.why())
         finally:
-            self._record(outcome)
+            self._record(outcome, held)
 
     def _outbound(self, pool: Pool) -> Outbound:
         return self.request.to(pool, self.started)
 
-    def _record(self, outcome: Outcome) -> None:
+    def _record(self, outcome: Outcome, held: Lease | None) -> None:
         duration = time.perf_counter() - self.started
         pool = self.claim.pool or self.chain[0].pool
         opened = outcome.opened
@@ -239,18 +240,19 @@ class Exchange:
         if self.claim.fallback is not None:
             fields["fallback"] = self.claim.fallback
         measurement = None
+        lease = held if opened is None else opened.lease
+        if lease is not None:
+            fields.update(endpoint=lease.endpoint.url, endpoint_why=lease.why, matched_blocks=lease.matched)
         if opened is not None:
             if outcome.error is not None:
                 self.recorder.error(pool, "deadline" if isinstance(outcome.error, DeadlineExceeded) else "stream_cut")
-            lease = opened.lease
-            fields.update(endpoint=lease.endpoint.url, endpoint_why=lease.why, matched_blocks=lease.matched,
-                          ttfb=round(opened.ttfb_s, 6))
-            measurement = (self._measurement(pool, duration, lease.mean_load)
+            fields["ttfb"] = round(opened.ttfb_s, 6)
+            measurement = (self._measurement(pool, duration, opened.lease.mean_load)
                            if outcome.ok and opened.response.is_success else None)
             if measurement is not None:
                 fields["tokens"] = measurement.tokens
                 self.recorder.measured(measurement)
-                self._remember_home(pool, lease.endpoint.url, fields)
+                self._remember_home(pool, opened.lease.endpoint.url, fields)
         if outcome.error is not None:
             fields["error"] = outcome.error.code or outcome.error.error_type
         elif outcome.stalled:

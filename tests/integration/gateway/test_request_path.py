@@ -221,6 +221,26 @@ def test_a_client_that_stops_reading_is_cut_and_holds_nothing(start_gateway, spe
     assert 'specgate_requests_total{api="chat",code="499",pool="speculative",rule="default"} 1.0' in metrics
 
 
+def test_a_client_that_leaves_before_the_first_byte_is_logged_with_the_endpoint_it_reached(
+        start_gateway, spec_fake, std_fake, capsys):
+    gw = start_gateway(policy_dict([spec_fake.url], [std_fake.url]))
+    spec_fake.delay_first_byte(30.0)  # past the pool's first_byte_s: only the client's leaving ends it sooner
+    host, port = gw.server.host, gw.server.port
+    with socket.create_connection((host, port)) as client:
+        client.sendall(stream_request(host, port))
+        wait_until(spec_fake.completion_requests, "the backend has the request")
+    out: list[str] = []
+
+    def logged() -> list[str]:
+        out.extend(line for line in capsys.readouterr().out.splitlines() if " request " in line)
+        return out
+
+    wait_until(logged, "the request's log line")
+    assert len(out) == 1 and "status=499" in out[0] and "ttfb=" not in out[0], out
+    assert f"endpoint={spec_fake.url}" in out[0] and "endpoint_why=" in out[0], out
+    assert_idle(gw)
+
+
 @pytest.mark.parametrize("field,value", [("n", 100_000), ("best_of", 17), ("max_tokens", 10**9),
                                          ("max_completion_tokens", 131_073)])
 def test_fields_over_their_limits_are_a_400_naming_the_field(gateway, spec_fake, field, value):
