@@ -90,7 +90,8 @@ def test_a_client_that_leaves_while_queued_leaves_no_waiter_and_the_next_is_serv
     async def main() -> str | None:
         client = openai.AsyncOpenAI(base_url=gw.base_url, api_key="k", max_retries=0)
         held = asyncio.create_task(ask(client))
-        while not pool.in_flight and not held.done():  # in flight first: sent together, either may be
+        # `held` takes the one slot first: sent at the same moment, either one could
+        while not pool.in_flight and not held.done():
             await asyncio.sleep(0.01)
         leaving = asyncio.create_task(ask(client))
         await queued(pool, 1, [held, leaving])
