@@ -7,11 +7,12 @@ WORKLOAD is a workload description (.yaml: arrival phases, a class mix of
 domain, temperature and max_tokens, optional per-class acceptance and
 objective), a routing-benchmark trace or a prompt capture (.jsonl); see
 docs/routing.md, "specgate plan". Every way to fill the replicas with the
-kinds asked for (dynamic with a few candidate schedules) is replayed through
-the GPU-scale simulator (backends/sim, docs/sim.md) with the same arrivals,
-and scored by goodput: requests per second that met both the time-to-first-
-token and the time-per-output-token objective. The table lists every option,
-best first; the first row is the recommendation.
+kinds asked for (dynamic replicas all on one of a few candidate schedules,
+or staggered over two) is replayed through the GPU-scale simulator
+(backends/sim, docs/sim.md) with the same arrivals, and scored by goodput:
+requests per second that met both the time-to-first-token and the
+time-per-output-token objective. The table lists every option, best first;
+the first row is the recommendation.
 """
 
 from __future__ import annotations

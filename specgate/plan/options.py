@@ -1,15 +1,19 @@
 """The fleets `specgate plan` weighs, and how each one did on the workload.
 
 An option is a count of replicas of each kind that fills the GPUs:
-speculative, standard, and dynamic with one of a few candidate schedules
-(vLLM's `[[lo, hi, k], ...]` format). Each is replayed on the same workload
-(`specgate.plan.fleet`) and scored by goodput: requests per second that met
-both objectives, time to first token and time per output token.
+speculative, standard, and dynamic, each dynamic replica with one of a few
+candidate schedules (vLLM's `[[lo, hi, k], ...]` format): all the same, or
+staggered, half on one schedule and half on another, so that one replica
+stops drafting at a batch where the other still drafts. Each option is
+replayed on the same workload (`specgate.plan.fleet`) and scored by goodput:
+requests per second that met both objectives, time to first token and time
+per output token.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import statistics
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -34,35 +38,42 @@ def candidate_schedules(params: SimParams) -> list[SpeculationSchedule]:
 class Option:
     speculative: int
     standard: int
-    dynamic: int
-    schedule: SpeculationSchedule | None = None
+    schedules: tuple[SpeculationSchedule, ...] = ()  # one per dynamic replica
+
+    @property
+    def dynamic(self) -> int:
+        return len(self.schedules)
 
     def label(self) -> str:
         parts = [f"{count} {kind}" for kind, count in (("speculative", self.speculative),
                                                        ("standard", self.standard)) if count]
-        if self.dynamic:
-            assert self.schedule is not None
-            parts.append(f"{self.dynamic} dynamic [{self.schedule.label()}]")
+        for schedule, group in itertools.groupby(self.schedules):
+            parts.append(f"{len(list(group))} dynamic [{schedule.label()}]")
         return " + ".join(parts)
 
     def fleet(self, params: SimParams) -> list[tuple[Kind, SimParams]]:
-        dynamic = dataclasses.replace(params, speculation_schedule=self.schedule)
-        return ([("speculative", params)] * self.speculative + [("standard", params)] * self.standard
-                + [("dynamic", dynamic)] * self.dynamic)
+        dynamic: list[tuple[Kind, SimParams]] = [
+            ("dynamic", dataclasses.replace(params, speculation_schedule=schedule)) for schedule in self.schedules]
+        return [("speculative", params)] * self.speculative + [("standard", params)] * self.standard + dynamic
 
 
 def options(replicas: int, kinds: Sequence[Kind], schedules: Sequence[SpeculationSchedule]) -> Iterator[Option]:
-    """Every way to fill `replicas` with the given kinds (each schedule on its own)."""
+    """Every way to fill `replicas` with the given kinds: the dynamic replicas
+    all on one schedule, or, two and more of them, staggered over two."""
     for speculative in range(replicas + 1):
         for standard in range(replicas + 1 - speculative):
             dynamic = replicas - speculative - standard
             if (speculative and "speculative" not in kinds) or (standard and "standard" not in kinds):
                 continue
             if not dynamic:
-                yield Option(speculative, standard, 0)
+                yield Option(speculative, standard)
             elif "dynamic" in kinds:
                 for schedule in schedules:
-                    yield Option(speculative, standard, dynamic, schedule)
+                    yield Option(speculative, standard, (schedule,) * dynamic)
+                if dynamic >= 2:
+                    later = (dynamic + 1) // 2
+                    for first, second in itertools.combinations(schedules, 2):
+                        yield Option(speculative, standard, (first,) * later + (second,) * (dynamic - later))
 
 
 @dataclass(frozen=True)
@@ -77,7 +88,7 @@ class Score:
     def as_dict(self) -> dict[str, Any]:
         option = self.option
         return {"option": option.label(), "speculative": option.speculative, "standard": option.standard,
-                "dynamic": option.dynamic, "schedule": option.schedule.as_list() if option.schedule else None,
+                "dynamic": option.dynamic, "schedules": [schedule.as_list() for schedule in option.schedules],
                 "goodput_rps": round(self.goodput, 4), "slo_met": round(self.slo_met, 4),
                 "mean_e2e_s": round(self.mean_e2e_s, 4), "mean_ttft_s": round(self.mean_ttft_s, 4),
                 "p90_tpot_s": round(self.p90_tpot_s, 5)}

@@ -51,8 +51,19 @@ def test_with_dynamic_candidates_hot_chat_keeps_speculation_off_the_fleet(tmp_pa
     result = plan(tmp_path, capsys, HOT_CHAT)
     assert result["recommended"]["speculative"] == 0
     dynamic = [row for row in result["options"] if row["dynamic"]]
-    assert len(dynamic) == 3 * 5  # 2 dynamic, 1 + 1 speculative, 1 + 1 standard: each with five schedules
-    assert all(row["schedule"][0][0] == 1 for row in dynamic)  # vLLM's format: ranges from batch 1
+    # 1 + 1 speculative and 1 + 1 standard with each of five schedules; 2 dynamic on one of them,
+    # or staggered over any two of them
+    assert len(dynamic) == 5 + 5 + 5 + 10
+    assert all(len(row["schedules"]) == row["dynamic"] for row in dynamic)
+    assert all(schedule[0][0] == 1 for row in dynamic for schedule in row["schedules"])  # vLLM's format
+
+
+def test_a_staggered_pair_is_weighed_with_each_replica_on_its_own_schedule(tmp_path, capsys):
+    result = plan(tmp_path, capsys, HOT_CHAT, "--kinds", "dynamic")
+    staggered = [row for row in result["options"] if len({json.dumps(s) for s in row["schedules"]}) == 2]
+    assert len(staggered) == 10 and len(result["options"]) == 15
+    row = by_label(result)["1 dynamic [1-8:3 9+:0] + 1 dynamic [1-16:3 17+:0]"]
+    assert row["schedules"] == [[[1, 8, 3], [9, 9, 0]], [[1, 16, 3], [17, 17, 0]]]
 
 
 def test_a_classs_measured_acceptance_overrides_the_simulators(tmp_path, capsys):
