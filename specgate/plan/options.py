@@ -71,9 +71,9 @@ def options(replicas: int, kinds: Sequence[Kind], schedules: Sequence[Speculatio
                 for schedule in schedules:
                     yield Option(speculative, standard, (schedule,) * dynamic)
                 if dynamic >= 2:
-                    later = (dynamic + 1) // 2
+                    half = (dynamic + 1) // 2  # the odd replica on the first schedule
                     for first, second in itertools.combinations(schedules, 2):
-                        yield Option(speculative, standard, (first,) * later + (second,) * (dynamic - later))
+                        yield Option(speculative, standard, (first,) * half + (second,) * (dynamic - half))
 
 
 @dataclass(frozen=True)
