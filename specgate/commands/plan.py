@@ -28,13 +28,16 @@ from backends.sim.model import CALIBRATIONS
 # GPUs one replica of each calibration takes (docs/sim.md: 8B on one A100, 70B over four).
 GPUS_PER_REPLICA = {"8b-a100": 1, "70b-4xa100-draft1b": 4}
 DEFAULT_SLO = {"ttft_s": 1.0, "tpot_s": 0.05}
+# Options grow with the square of the replicas: 64 make 30,625, minutes of replay on two cores.
+MAX_REPLICAS = 64
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.description = __doc__
     parser.add_argument("workload", type=Path, help="workload .yaml, trace .jsonl or capture .jsonl")
-    parser.add_argument("--gpus", type=int, required=True, help="GPUs to fill with replicas")
+    parser.add_argument("--gpus", type=int, required=True,
+                        help=f"GPUs to fill with replicas (at most {MAX_REPLICAS} replicas)")
     parser.add_argument("--calibration", choices=tuple(CALIBRATIONS), default="8b-a100",
                         help="the simulated target, draft and GPU (docs/sim.md; default: %(default)s)")
     parser.add_argument("--ttft-s", type=float, help="time-to-first-token objective, seconds "
@@ -59,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
     per_replica = GPUS_PER_REPLICA[args.calibration]
     if args.gpus < per_replica:
         raise ValueError(f"--gpus {args.gpus}: one {args.calibration} replica takes {per_replica} GPUs")
+    if args.gpus // per_replica > MAX_REPLICAS:
+        raise ValueError(f"--gpus {args.gpus} makes {args.gpus // per_replica} {args.calibration} replicas; "
+                         f"the plan weighs at most {MAX_REPLICAS}: plan a part of the fleet")
     workload = load(args.workload)
     slo = {**DEFAULT_SLO, **workload.slo}
     for key in slo:

@@ -126,3 +126,5 @@ def test_bad_flags_are_refused_before_any_work(tmp_path, capsys):
     assert "--kinds takes" in capsys.readouterr().err
     assert main(["plan", str(path), "--gpus", "2", "--calibration", "70b-4xa100-draft1b"]) == 1
     assert "takes 4 GPUs" in capsys.readouterr().err
+    assert main(["plan", str(path), "--gpus", "1000000"]) == 1  # refused, not a trillion options
+    assert "the plan weighs at most 64" in capsys.readouterr().err
