@@ -12,16 +12,16 @@ from pathlib import Path
 
 from specgate.up import (
     DEFAULT_SPECULATIVE_PROFILE,
-    SPECULATIVE_PORT,
-    STANDARD_PORT,
+    FIRST_BACKEND_PORT,
     Stack,
     StartError,
     banner,
-    command_backends,
-    engine_backends,
+    command_backend,
+    engine_backend,
+    fleet,
     gateway_service,
     policy_for,
-    vllm_backends,
+    vllm_backend,
 )
 
 
@@ -29,17 +29,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=["vllm", "bundled"], default="vllm",
                         help="backends: real vLLM CPU servers (default) or the project's own engine")
     parser.add_argument("--speculative-profile", default=DEFAULT_SPECULATIVE_PROFILE, metavar="PROFILE",
-                        help="vLLM launch profile of the speculative pool (backends/vllm/profiles.yaml): the "
-                        "default drafts with the EAGLE-3 head shipped for SmolLM2-135M-Instruct; e.g. "
+                        help="vLLM launch profile of the drafting pools (backends/vllm/profiles.yaml): the "
+                        "default drafts with the EAGLE-3 head shipped for SmolLM2-135M-Instruct; a dynamic pool "
+                        "drafts with it by the pool's own schedule; e.g. "
                         "speculative-ngram: prompt lookup, no draft weights, or dynamic-ngram: n-gram drafts "
                         "only while the batch is small (default: %(default)s; --engine vllm only)")
     parser.add_argument("--port", type=int, default=8080, help="gateway port (default: %(default)s)")
-    parser.add_argument("--policy", type=Path, help="policy (default: policies/default.yaml, its pools pointed "
-                        "at --backend-ports, the speculative one stated dynamic with its schedule under a dynamic "
-                        "profile)")
-    parser.add_argument("--backend-ports", type=_port_pair, default=(SPECULATIVE_PORT, STANDARD_PORT),
-                        metavar="SPEC,STD", help="the backends' ports (default: %(default)s; "
-                        "a policy of your own must point at them)")
+    parser.add_argument("--policy", type=Path, help="the fleet to run: one local backend per pool, of the pool's "
+                        "kind, each pool pointed at its backend and a speculative one stated dynamic with the "
+                        "profile's schedule under a dynamic profile (default: policies/default.yaml)")
+    parser.add_argument("--backend-ports", type=_ports, metavar="PORT,PORT,...",
+                        help=f"the backends' ports, one per pool in the policy's order (default: {FIRST_BACKEND_PORT}, "
+                        "the next, ...)")
     parser.add_argument("--cache-dir", help="prepared model and logs (default: $SPECGATE_CACHE_DIR or "
                         "~/.cache/specgate)")
     # Any server command in place of the backends ({python}, {port}, {kind}); started,
@@ -47,11 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend-command", help=argparse.SUPPRESS)
 
 
-def _port_pair(text: str) -> tuple[int, int]:
+def _ports(text: str) -> tuple[int, ...]:
     parts = text.split(",")
-    if len(parts) != 2 or not all(p.strip().isdigit() and 0 < int(p) < 65536 for p in parts):
-        raise argparse.ArgumentTypeError(f"expected two ports like 8001,8002, got {text!r}")
-    return int(parts[0]), int(parts[1])
+    if not all(p.strip().isdigit() and 0 < int(p) < 65536 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected ports separated by commas like 8001,8002, got {text!r}")
+    return tuple(int(p) for p in parts)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,16 +64,19 @@ def run(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
     try:
+        given = args.policy or default_policy_path()
+        profile = args.speculative_profile if args.engine == "vllm" and not args.backend_command else None
+        replicas = fleet(given, args.backend_ports, profile)
         if args.backend_command:
-            backends = command_backends(args.backend_command, logs, args.backend_ports)
+            backends = [command_backend(args.backend_command, replica, logs) for replica in replicas]
         elif args.engine == "vllm":
             print("preparing the model (once) ...", flush=True)
-            backends = vllm_backends(prepare(cache), logs, args.backend_ports,
-                                     speculative_profile=args.speculative_profile)
+            model = prepare(cache)
+            backends = [vllm_backend(replica, model, logs, speculative_profile=args.speculative_profile)
+                        for replica in replicas]
         else:
-            backends = engine_backends(logs, args.backend_ports)
-        profile = args.speculative_profile if args.engine == "vllm" and not args.backend_command else None
-        policy = args.policy or policy_for(default_policy_path(), args.backend_ports, profile, cache / "policies")
+            backends = [engine_backend(replica, logs) for replica in replicas]
+        policy = policy_for(given, replicas, cache / "policies")
         stack = Stack(backends, gateway_service(policy, args.port, logs))
     except StartError as exc:
         print(f"error: {exc}", file=sys.stderr)

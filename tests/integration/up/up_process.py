@@ -18,7 +18,7 @@ from tests.integration.up import processes
 FAKE_BACKEND = "{python} -m tests.integration.up.backend --port {port} --kind {kind} --model smollm2"
 
 
-def write_policy(path: Path, backend_ports: tuple[int, int]) -> Path:
+def write_policy(path: Path, backend_ports: tuple[int, ...]) -> Path:
     """The default policy, pointed at `backend_ports`."""
     policy = yaml.safe_load(default_policy_path().read_text())
     for pool, port in zip(("speculative", "standard"), backend_ports, strict=True):
@@ -30,15 +30,17 @@ def write_policy(path: Path, backend_ports: tuple[int, int]) -> Path:
 class UpProcess:
     """`specgate up` leading a session (and process group) of its own.
 
-    `args` go after `up`; the gateway and backend ports are free ones unless given.
+    `args` go after `up`; the gateway and backend ports are free ones unless given,
+    and the policy the default pointed at them unless given (one port per pool).
     Its stdout and stderr go to files under `work`.
     """
 
-    def __init__(self, work: Path, *args: str, backend_ports: tuple[int, int] | None = None,
-                 port: int | None = None) -> None:
+    def __init__(self, work: Path, *args: str, backend_ports: tuple[int, ...] | None = None,
+                 port: int | None = None, policy: Path | None = None) -> None:
         self.work = work
         self.port = port or free_port()
         self.backend_ports = backend_ports or (free_port(), free_port())
+        self.policy = policy
         self.args = args
         self.process: subprocess.Popen[bytes] | None = None
         self.seen: list[processes.Proc] = []  # every process found below `up`, for the clean-up
@@ -49,7 +51,7 @@ class UpProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> UpProcess:
-        policy = write_policy(self.work / "policy.yaml", self.backend_ports)
+        policy = self.policy or write_policy(self.work / "policy.yaml", self.backend_ports)
         ports = ",".join(map(str, self.backend_ports))
         with self.stdout.open("wb") as out, self.stderr.open("wb") as err:
             self.process = spawn_module(

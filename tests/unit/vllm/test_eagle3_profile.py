@@ -88,23 +88,3 @@ def test_up_help_names_the_local_eagle3_profile():
     out = subprocess.run([sys.executable, "-m", "specgate.cli", "up", "--help"], cwd=ROOT, capture_output=True,
                          text=True, check=True, env={**os.environ, "COLUMNS": "300"}).stdout  # one line each
     assert "--speculative-profile" in out and "(default: speculative-eagle3-local;" in out
-
-
-def test_up_points_the_default_policy_at_its_backends_and_states_a_dynamic_profiles_schedule(tmp_path):
-    from gateway.policy.loader import load_policy
-    from gateway.settings import default_policy_path
-    from specgate.up import policy_for
-
-    default = default_policy_path()
-    assert policy_for(default, (8001, 8002), "speculative-ngram", tmp_path) == default
-    assert policy_for(default, (8001, 8002), None, tmp_path) == default
-    moved = load_policy(policy_for(default, (18001, 18002), "speculative-ngram", tmp_path))
-    assert [e.url for e in moved.pools["speculative"].endpoints] == ["http://127.0.0.1:18001"]
-    assert [e.url for e in moved.pools["standard"].endpoints] == ["http://127.0.0.1:18002"]
-    assert moved.pools["speculative"].kind == "speculative"
-    dynamic = load_policy(policy_for(default, (8001, 8002), "dynamic-ngram", tmp_path))
-    _, profiles = load_profiles()
-    assert dynamic.pools["speculative"].kind == "dynamic"
-    assert [list(r) for r in dynamic.schedules["speculative"].ranges] == \
-        profiles["dynamic-ngram"].speculation_schedule.as_list()
-    assert dynamic.standard_pools == ("standard",) and "speculative" in dynamic.speculative_pools
