@@ -12,6 +12,7 @@ lookup does the same. Launch profiles (`backends/vllm/`) and the simulator
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,15 @@ class SpeculationSchedule:
         if ranges[0][0] != 1:
             raise ScheduleError("the first batch-size range of a speculation schedule must start at 1")
         return cls(tuple(ranges))
+
+    @classmethod
+    def from_json(cls, text: str) -> SpeculationSchedule:
+        """From a command line's JSON text; malformed JSON is a ScheduleError too."""
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise ScheduleError(f"not JSON: {exc}") from None
+        return cls.parse(value)
 
     @classmethod
     def switch(cls, max_batch: int, k: int) -> SpeculationSchedule:

@@ -349,11 +349,11 @@ def vllm_backends(model_dir: Path, logs: Path, ports: tuple[int, int] = (SPECULA
 
 
 def engine_backend(replica: Replica, logs: Path, python: str = sys.executable) -> Service:
-    """The project's own engine for `replica`; it drafts at every batch or never."""
-    if replica.schedule is not None:
-        raise StartError(f"pool {replica.pool} is {replica.kind}: the bundled engine has no drafting schedule; "
-                         "run it with --engine vllm, or state the pool speculative or standard")
+    """The project's own engine for `replica`: plain where its kind never drafts,
+    and drafting by the replica's schedule where it has one."""
     flags = ["--no-speculation"] if replica.family == "standard" else []
+    if replica.schedule is not None:
+        flags += ["--speculation-schedule", json.dumps(replica.schedule)]
     argv = [python, "-m", "specgate.cli", "engine", "--host", "127.0.0.1", "--port", str(replica.port),
             "--served-model-name", SERVED_MODEL, *flags]
     return Service(f"engine {replica.pool} (:{replica.port})", argv, f"{_local(replica.port)}/health",

@@ -23,6 +23,7 @@ from backends.chat_template import stop_tokens
 from backends.engine.decoding import Sampling, SequenceState, TreeVerifier
 from backends.engine.tree import DraftTree
 from backends.serving import Delta, GenerationRequest, VllmMetrics
+from backends.speculation import SpeculationSchedule
 
 
 class Drafter(Protocol):
@@ -57,18 +58,24 @@ class StepStats:
 
 
 def decode(verifier: TreeVerifier, prompt: list[int], options: DecodeOptions,
-           drafter: Drafter | None = None) -> Iterator[StepStats]:
+           drafter: Drafter | None = None, depth: Callable[[], int] | None = None) -> Iterator[StepStats]:
     """Generate after `prompt`, one verification step at a time (a step yields
     the accepted draft tokens plus the bonus token). Stops at a stop token or
-    `max_tokens`. Without a drafter every step is plain decoding."""
+    `max_tokens`. Without a drafter every step is plain decoding; `depth`, asked
+    before each step, bounds that step's draft (a drafting schedule: 0 is a
+    plain step, and the drafter is not asked)."""
     observer = drafter if isinstance(drafter, FeatureDrafter) else None
     state: SequenceState = verifier.start(prompt, observer.aux_layers if observer else ())
     produced = 0
     while produced < options.max_tokens:
         if observer is not None and state.features is not None:
             observer.observe(state.features)
-        tree = drafter.propose(state.tokens) if drafter else DraftTree.root_only(state.tokens[-1])
-        tree = tree.pruned(options.max_tokens - produced - 1)
+        limit = options.max_tokens - produced - 1
+        if depth is not None:
+            limit = min(limit, depth())
+        drafts = drafter is not None and (depth is None or limit > 0)
+        tree = drafter.propose(state.tokens) if drafter and drafts else DraftTree.root_only(state.tokens[-1])
+        tree = tree.pruned(limit)
         result = verifier.step(state, tree, options.sampling)
         tokens = result.new_tokens[: options.max_tokens - produced]
         for i, token in enumerate(tokens):
@@ -99,11 +106,12 @@ ActiveJob: TypeAlias = tuple[Job, Iterator[None]]  # a job and its remaining ste
 
 
 class EngineGenerator:
-    """Serves requests from one model; speculative when given a drafter factory."""
+    """Serves requests from one model; speculative when given a drafter factory,
+    and with a `schedule` only as deep as it says for the requests decoding at once."""
 
     def __init__(self, model: Any, tokenizer: Any, metrics: VllmMetrics,
                  drafter_factory: Callable[[], Drafter] | None = None, max_model_len: int = 2048,
-                 max_num_seqs: int = 8) -> None:
+                 max_num_seqs: int = 8, schedule: SpeculationSchedule | None = None) -> None:
         if max_num_seqs < 1:
             raise ValueError("max_num_seqs must be at least 1")
         self.verifier = TreeVerifier(model)
@@ -113,6 +121,8 @@ class EngineGenerator:
         self.drafter_factory = drafter_factory
         self.max_model_len = max_model_len
         self.max_num_seqs = max_num_seqs
+        self.schedule = schedule
+        self.running = 0  # requests decoding at once, taking turns step by step: the schedule's batch size
         self._jobs: queue.Queue[Job] = queue.Queue()
         self._worker = threading.Thread(target=self._work, name="engine", daemon=True)
         self._worker.start()
@@ -157,6 +167,7 @@ class EngineGenerator:
         active: list[ActiveJob] = []
         while True:
             self._admit(active)
+            self.running = len(active)
             active[:] = [entry for entry in active if self._advance(*entry)]
 
     def _admit(self, active: list[ActiveJob]) -> None:
@@ -186,10 +197,14 @@ class EngineGenerator:
     def _steps(self, job: Job) -> Iterator[None]:
         """Decodes `job`, emitting its text; yields after every model step."""
         drafter = self.drafter_factory() if self.drafter_factory else None
+        depth = None
+        if drafter is not None and (schedule := self.schedule) is not None:
+            def depth() -> int:
+                return schedule.tokens_at(self.running, drafter.max_depth)
         output: list[int] = []
         sent = ""
         produced = pending = 0
-        for step in decode(self.verifier, job.prompt, job.options, drafter):
+        for step in decode(self.verifier, job.prompt, job.options, drafter, depth):
             if job.cancelled.is_set():
                 return
             if drafter is not None and step.draft_depth:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from backends.speculation import ScheduleError, SpeculationSchedule
+
 DRAIN_S = 10  # on SIGTERM, requests in flight get this long; then the server exits (within up's and compose's grace)
 
 
@@ -24,3 +26,11 @@ def drafter_spec(text: str) -> str:
     if text in ("ngram", "eagle3") or (kind in ("model", "eagle3") and path):
         return text
     raise argparse.ArgumentTypeError(f"unknown drafter {text!r}: use {DRAFTER_CHOICES}")
+
+
+def schedule_arg(text: str) -> SpeculationSchedule:
+    """`--speculation-schedule`, checked as vLLM checks it before the model loads."""
+    try:
+        return SpeculationSchedule.from_json(text)
+    except ScheduleError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

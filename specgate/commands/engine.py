@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from backends.engine.options import DRAIN_S, drafter_spec, positive_int
+from backends.engine.options import DRAIN_S, drafter_spec, positive_int, schedule_arg
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "sharing the tokenizer), 'eagle3:PATH' (an EAGLE-3 head trained for the "
                         "model) or 'eagle3' (the head shipped for the packaged model)")
     parser.add_argument("--no-speculation", action="store_true", help="plain decoding")
+    parser.add_argument("--speculation-schedule", type=schedule_arg, metavar="JSON",
+                        help='draft depth by the requests decoding at once, vLLM\'s format, e.g. "[[1, 2, 2], '
+                        '[3, 3, 0]]": drafts up to 2 deep while 1-2 requests decode, plain decoding above '
+                        "(default: draft at every batch)")
     parser.add_argument("--served-model-name", help="model name in the API (default: the model's)")
     parser.add_argument("--max-model-len", type=positive_int, default=2048,
                         help="tokens of prompt plus output a request may use (default: %(default)s)")
@@ -47,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     depth = factory().max_depth if factory else None
     metrics = VllmMetrics(CollectorRegistry(), name, num_speculative_tokens=depth)
     generator = EngineGenerator(loaded.model, loaded.tokenizer, metrics, factory, args.max_model_len,
-                                args.max_num_seqs)
+                                args.max_num_seqs, args.speculation_schedule)
     app = create_openai_app(generator, metrics, name, max_model_len=args.max_model_len,
                             spec_decode_metrics=depth)  # metrics.speculative_decoding in every answer, as vLLM
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,

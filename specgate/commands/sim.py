@@ -12,7 +12,6 @@ off under load do.
 from __future__ import annotations
 
 import argparse
-import json
 
 from backends.sim.model import CALIBRATIONS, SimParams
 from backends.speculation import SpeculationSchedule
@@ -96,8 +95,8 @@ def params_from(args: argparse.Namespace) -> SimParams:
 
 def _schedule(text: str) -> SpeculationSchedule:
     try:
-        return SpeculationSchedule.parse(json.loads(text))
-    except ValueError as exc:  # JSON errors and ScheduleError alike
+        return SpeculationSchedule.from_json(text)
+    except ValueError as exc:
         raise SystemExit(f"specgate sim: --speculation-schedule: {exc}") from exc
 
 

@@ -19,6 +19,7 @@ from backends.engine.ngram import NgramConfig, NgramDrafter
 from backends.engine.tree import DraftTree
 from backends.serving import GenerationRequest, VllmMetrics, create_openai_app
 from backends.serving.server import BackgroundServer
+from backends.speculation import SpeculationSchedule
 
 pytestmark = pytest.mark.slow  # torch
 
@@ -169,6 +170,38 @@ def test_active_requests_take_turns_up_to_max_num_seqs(loaded, max_num_seqs, fin
     assert admitted == ["long", "short"]
     assert list(finished) == finish_order
     assert finished == {"long": 96, "short": 4}
+
+
+def test_a_step_drafts_only_as_deep_as_the_schedule_says_and_stays_exact(loaded):
+    verifier = TreeVerifier(loaded.model)
+    prompt = prompt_ids(loaded, PROMPTS["code"])
+    plain, _ = generate(verifier, prompt, max_tokens=48)
+    asked: list[int] = []
+    depths = iter([0, 1, 0, 2] * 48)
+
+    def depth() -> int:
+        asked.append(next(depths))
+        return asked[-1]
+
+    steps = list(decode(verifier, prompt, DecodeOptions(max_tokens=48), NgramDrafter(NgramConfig()), depth))
+    assert [t for s in steps for t in s.tokens] == plain
+    assert all(s.draft_depth <= limit for s, limit in zip(steps, asked, strict=True))
+    assert all(s.draft_depth == 0 for s, limit in zip(steps, asked, strict=True) if limit == 0)
+    assert any(s.draft_depth == 2 for s in steps)
+
+
+@pytest.mark.parametrize(("schedule", "drafts"), [(((1, 1, 4), (2, 2, 0)), True), (((1, 1, 0), (2, 2, 4)), False)])
+def test_the_engine_drafts_by_its_schedule_for_the_requests_decoding_at_once(loaded, schedule, drafts):
+    metrics = VllmMetrics(CollectorRegistry(), "smollm2", num_speculative_tokens=NgramConfig().max_depth)
+    generator = EngineGenerator(loaded.model, loaded.tokenizer, metrics, lambda: NgramDrafter(NgramConfig()),
+                                schedule=SpeculationSchedule(schedule))
+    request = GenerationRequest("completions", "alone", "smollm2", prompt="1, 2, 3, 4, 5, 1, 2, 3, 4, 5,",
+                                max_tokens=32, temperature=0)
+
+    async def drafted() -> int:
+        return sum([delta.drafted async for delta in generator.generate(request)])
+
+    assert (asyncio.run(drafted()) > 0) is drafts  # alone: a batch of 1
 
 
 @pytest.fixture(scope="module")

@@ -67,6 +67,9 @@ def test_each_dynamic_pool_gets_a_replica_drafting_by_its_own_schedule(tmp_path)
         config = spec_config(vllm_backend(replica, tmp_path, tmp_path, "python3"))
         assert config["method"] == "eagle3"  # the drafting pools' profile, the default one
         assert config["num_speculative_tokens_per_batch_size"] == STAGGERED[replica.pool]
+        engine = engine_backend(replica, tmp_path, "python3").argv
+        assert json.loads(engine[engine.index("--speculation-schedule") + 1]) == STAGGERED[replica.pool]
+        assert "--no-speculation" not in engine
     run = load_policy(policy_for(policy, replicas, tmp_path / "policies"))
     assert {name: [e.url for e in pool.endpoints] for name, pool in run.pools.items()} == \
         {"drafting-late": ["http://127.0.0.1:8001"], "drafting-early": ["http://127.0.0.1:8002"]}
@@ -85,19 +88,18 @@ def test_a_standard_pool_is_served_plain_and_every_pool_has_its_own_backend(tmp_
     assert len({s.log for s in services}) == 3
     engines = [engine_backend(r, tmp_path, "python3") for r in replicas]
     assert ["--no-speculation" in e.argv for e in engines] == [False, True, True]
+    assert not any("--speculation-schedule" in e.argv for e in engines)
     commands = [command_backend("{python} serve --port {port} --kind {kind} --pool {pool}", r, tmp_path, "py")
                 for r in replicas]
     assert commands[2].argv == ["py", "serve", "--port", "9003", "--kind", "standard", "--pool", "second-standard"]
 
 
-def test_a_schedule_the_profile_cannot_draft_and_the_bundled_engine_are_refused(tmp_path):
+def test_a_schedule_the_profile_cannot_draft_is_refused(tmp_path):
     greedy = fleet(staggered_policy(tmp_path, {"deep": [[1, 4, 4], [5, 5, 0]]}))[0]
     with pytest.raises(StartError, match="drafts up to 4 tokens a step and profile speculative-eagle3-local at most 2"):
         vllm_backend(greedy, tmp_path, tmp_path, "python3")
     by_ngram = spec_config(vllm_backend(greedy, tmp_path, tmp_path, "python3", "dynamic-ngram"))
     assert by_ngram["num_speculative_tokens_per_batch_size"] == [[1, 4, 4], [5, 5, 0]]  # the pool's, not the profile's
-    with pytest.raises(StartError, match="the bundled engine has no drafting schedule"):
-        engine_backend(fleet(staggered_policy(tmp_path))[0], tmp_path)
     with pytest.raises(StartError, match="choose one of: .*speculative-eagle3-local"):
         vllm_backend(greedy, tmp_path, tmp_path, "python3", "standard")
 
