@@ -236,7 +236,11 @@ class Replica:
     @property
     def slug(self) -> str:
         """The pool's name as a file name: whatever a policy names a pool, its log stays in the log folder."""
-        return re.sub(r"[^A-Za-z0-9_.-]", "_", self.pool).lstrip(".") or "pool"
+        return _file_name(self.pool)
+
+
+def _file_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text).lstrip(".") or "_"
 
 
 def fleet(policy: Path, ports: Sequence[int] | None = None, speculative_profile: str | None = None
@@ -295,7 +299,7 @@ def policy_for(policy: Path, replicas: Sequence[Replica], into: Path) -> Path:
     ports = "-".join(str(r.port) for r in replicas)
     restated = sorted({r.pool for r in replicas if pools[r.pool].kind != r.kind})
     into.mkdir(parents=True, exist_ok=True)
-    derived = into / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', policy.stem)}-{ports}.yaml"
+    derived = into / f"{_file_name(policy.stem)}-{ports}.yaml"
     derived.write_text(f"# {policy.name} as `specgate up` runs it: pools on ports {', '.join(ports.split('-'))}"
                        + (f"; {', '.join(restated)} stated as the dynamic profile runs" if restated else "")
                        + "\n" + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
