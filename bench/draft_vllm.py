@@ -29,7 +29,9 @@ from typing import Any
 import httpx
 
 from backends.model import prepare
-from specgate.up import Service, stop_all, vllm_backends, wait_healthy
+from gateway.policy.kinds import PoolKind
+from specgate import up
+from specgate.up import Service, stop_all, vllm_backend, wait_healthy
 from tests.fakes.process import free_port
 
 PROFILES = ("standard", "speculative-ngram", "speculative-eagle3-local")
@@ -57,10 +59,8 @@ def spec_counters(client: httpx.Client, url: str) -> dict[str, float]:
 
 def start(profile: str, model_dir: Path, logs: Path) -> tuple[Service, str]:
     port = free_port()
-    speculative, standard = vllm_backends(model_dir, logs / profile, (port, port),
-                                          speculative_profile=profile if profile != "standard"
-                                          else "speculative-ngram")
-    service = standard if profile == "standard" else speculative
+    kind = PoolKind.STANDARD if profile == "standard" else PoolKind.SPECULATIVE
+    service = vllm_backend(up.Replica(profile, kind, port), model_dir, logs / profile, speculative_profile=profile)
     service.start()
     wait_healthy([service], START_TIMEOUT_S, print)
     return service, f"http://127.0.0.1:{port}"

