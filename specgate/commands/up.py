@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "the next, ...)")
     parser.add_argument("--cache-dir", help="prepared model and logs (default: $SPECGATE_CACHE_DIR or "
                         "~/.cache/specgate)")
-    # Any server command in place of the backends ({python}, {port}, {kind}); started,
+    # Any server command in place of the backends ({python}, {port}, {kind}, {pool}); started,
     # watched and stopped by the same code as vLLM and the engine. For tests.
     parser.add_argument("--backend-command", help=argparse.SUPPRESS)
 
