@@ -49,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the acceptance draws (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print every option as JSON instead of a table")
     parser.add_argument("--plot", type=Path, metavar="PATH", help="also draw goodput and mean E2E per option (PNG)")
+    parser.add_argument("--policy", type=Path, metavar="PATH", help="also write the recommended fleet as a policy: "
+                        "a pool per kind and schedule, the objective as each pool's slo, the rest the default's")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,7 +87,20 @@ def run(args: argparse.Namespace) -> int:
         print(_table(summary))
     if args.plot:
         _plot(summary, args.plot)
+    if args.policy:
+        _write_policy(scores[0], slo, summary, args.policy)
     return 0
+
+
+def _write_policy(best: Any, slo: dict[str, float], summary: dict[str, Any], path: Path) -> None:
+    from gateway.settings import default_policy_path
+    from specgate.plan.policy import policy_text
+
+    line = (f"{summary['workload']} on {summary['gpus']} GPUs ({summary['calibration']}): "
+            f"{best.goodput:.2f} requests/s met TTFT <= {slo['ttft_s']} s and TPOT <= {slo['tpot_s']} s.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(policy_text(best.option, slo, default_policy_path(), line), encoding="utf-8")
+    print(f"policy: {path}", file=sys.stderr)
 
 
 def _progress(items: list[Any]) -> Any:
