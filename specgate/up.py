@@ -277,18 +277,26 @@ def fleet(policy: Path, ports: Sequence[int] | None = None, speculative_profile:
     return replicas
 
 
-def policy_for(policy: Path, replicas: Sequence[Replica], into: Path) -> Path:
+def policy_for(policy: Path, replicas: Sequence[Replica], into: Path, batch_cap: int | None = None) -> Path:
     """`policy` as `up` runs it: each pool pointed at its replica's backend, and
     stated as the replica runs (a pool run by a dynamic profile: `kind: dynamic`
     with the profile's schedule), so the latency model predicts each replica as
-    it drafts. `policy` itself where nothing differs; else a copy under `into`."""
+    it drafts; with a `batch_cap` (the backends' own, where the policy's is
+    higher or unset), requests past it wait in the gateway's queue, where
+    deadlines apply, not the backend's. `policy` itself where nothing differs;
+    else a copy under `into`."""
     import yaml
 
     from gateway.policy.loader import load_policy
 
     pools = load_policy(policy).pools
+
+    def capped(pool: str) -> int | None:
+        given = pools[pool].max_in_flight
+        return batch_cap if batch_cap is not None and (given is None or given > batch_cap) else None
+
     if all([e.url for e in pools[r.pool].endpoints] == [_local(r.port)] and pools[r.pool].kind == r.kind
-           for r in replicas):
+           and capped(r.pool) is None for r in replicas):
         return policy
     data = yaml.safe_load(policy.read_text(encoding="utf-8"))
     for replica in replicas:
@@ -296,6 +304,8 @@ def policy_for(policy: Path, replicas: Sequence[Replica], into: Path) -> Path:
         pool["endpoints"] = [{"url": _local(replica.port)}]
         if pool["kind"] != replica.kind:
             pool.update(kind=str(replica.kind), speculation_schedule=replica.schedule)
+        if (cap := capped(replica.pool)) is not None:
+            pool["max_in_flight"] = cap
     ports = "-".join(str(r.port) for r in replicas)
     restated = sorted({r.pool for r in replicas if pools[r.pool].kind != r.kind})
     into.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ import torch
 
 from backends.chat_template import stop_tokens
 from backends.engine.decoding import Sampling, SequenceState, TreeVerifier
+from backends.engine.options import MAX_NUM_SEQS
 from backends.engine.tree import DraftTree
 from backends.serving import Delta, GenerationRequest, VllmMetrics
 from backends.speculation import SpeculationSchedule
@@ -111,7 +112,7 @@ class EngineGenerator:
 
     def __init__(self, model: Any, tokenizer: Any, metrics: VllmMetrics,
                  drafter_factory: Callable[[], Drafter] | None = None, max_model_len: int = 2048,
-                 max_num_seqs: int = 8, schedule: SpeculationSchedule | None = None) -> None:
+                 max_num_seqs: int = MAX_NUM_SEQS, schedule: SpeculationSchedule | None = None) -> None:
         if max_num_seqs < 1:
             raise ValueError("max_num_seqs must be at least 1")
         self.verifier = TreeVerifier(model)

@@ -7,6 +7,7 @@ import argparse
 
 from backends.speculation import ScheduleError, SpeculationSchedule
 
+MAX_NUM_SEQS = 8  # requests decoded at once, taking turns; more wait in the engine's queue
 DRAIN_S = 10  # on SIGTERM, requests in flight get this long; then the server exits (within up's and compose's grace)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from backends.engine.options import DRAIN_S, drafter_spec, positive_int, schedule_arg
+from backends.engine.options import DRAIN_S, MAX_NUM_SEQS, drafter_spec, positive_int, schedule_arg
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--served-model-name", help="model name in the API (default: the model's)")
     parser.add_argument("--max-model-len", type=positive_int, default=2048,
                         help="tokens of prompt plus output a request may use (default: %(default)s)")
-    parser.add_argument("--max-num-seqs", type=positive_int, default=8,
+    parser.add_argument("--max-num-seqs", type=positive_int, default=MAX_NUM_SEQS,
                         help="requests decoded at once, taking turns step by step (default: %(default)s)")
 
 

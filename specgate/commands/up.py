@@ -10,6 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
+from backends.engine.options import MAX_NUM_SEQS
 from specgate.up import (
     DEFAULT_SPECULATIVE_PROFILE,
     FIRST_BACKEND_PORT,
@@ -76,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
                         for replica in replicas]
         else:
             backends = [engine_backend(replica, logs) for replica in replicas]
-        policy = policy_for(given, replicas, cache / "policies")
+        engine_cap = MAX_NUM_SEQS if args.engine == "bundled" and not args.backend_command else None
+        policy = policy_for(given, replicas, cache / "policies", engine_cap)
         stack = Stack(backends, gateway_service(policy, args.port, logs))
     except StartError as exc:
         print(f"error: {exc}", file=sys.stderr)

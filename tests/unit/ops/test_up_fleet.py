@@ -122,3 +122,15 @@ def test_a_broken_policy_and_a_hostile_pool_name_stay_clear(tmp_path):
     policy = staggered_policy(tmp_path, {"../../escape": [[1, 2, 2], [3, 3, 0]]})
     service = vllm_backend(fleet(policy)[0], tmp_path, tmp_path / "logs", "python3")
     assert service.log.parent == tmp_path / "logs" and "/" not in service.log.name
+
+
+def test_the_bundled_engines_batch_cap_is_stated_so_requests_past_it_wait_at_the_gateway(tmp_path):
+    default = default_policy_path()
+    run = load_policy(policy_for(default, fleet(default), tmp_path, batch_cap=8))
+    assert {name: pool.max_in_flight for name, pool in run.pools.items()} == {"speculative": 8, "standard": 8}
+    data = yaml.safe_load(default.read_text())
+    data["pools"]["standard"]["max_in_flight"] = 4  # a lower cap of the policy's own stays
+    lower = tmp_path / "lower.yaml"
+    lower.write_text(yaml.safe_dump(data, sort_keys=False))
+    run = load_policy(policy_for(lower, fleet(lower), tmp_path, batch_cap=8))
+    assert {name: pool.max_in_flight for name, pool in run.pools.items()} == {"speculative": 8, "standard": 4}
