@@ -167,6 +167,11 @@ class Stack:
         return [*self.backends, self.gateway]
 
     def start(self, timeout_s: float = START_TIMEOUT_S, progress: Callable[[str], None] = print) -> None:
+        taken: dict[int, str] = {}
+        for service in self.services:
+            if service.port is not None and taken.setdefault(service.port, service.name) != service.name:
+                raise StartError(f"{taken[service.port]} and {service.name} are both given port {service.port}; "
+                                 "choose other ports (--port, --backend-ports)")
         for service in self.services:
             if service.port is not None:
                 try:
@@ -261,9 +266,6 @@ def fleet(policy: Path, ports: Sequence[int] | None = None, speculative_profile:
     if len(ports) != len(pools):
         raise StartError(f"{policy} has {len(pools)} pools ({', '.join(pools)}) and --backend-ports gives "
                          f"{len(ports)} ports: one port per pool, in the policy's order")
-    if len(set(ports)) != len(ports):
-        raise StartError(f"--backend-ports repeats a port ({', '.join(map(str, ports))}): each pool's backend "
-                         "needs its own")
     _, profiles = load_profiles()
     chosen = profiles.get(speculative_profile) if speculative_profile else None
     profile_schedule = None if chosen is None or chosen.speculation_schedule is None \

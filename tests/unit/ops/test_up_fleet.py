@@ -12,7 +12,16 @@ import yaml
 from backends.vllm import load_profiles
 from gateway.policy.loader import load_policy
 from gateway.settings import default_policy_path
-from specgate.up import StartError, command_backend, engine_backend, fleet, policy_for, vllm_backend
+from specgate.up import (
+    Stack,
+    StartError,
+    command_backend,
+    engine_backend,
+    fleet,
+    gateway_service,
+    policy_for,
+    vllm_backend,
+)
 
 STAGGERED = {"drafting-late": [[1, 4, 2], [5, 5, 0]], "drafting-early": [[1, 2, 2], [3, 3, 0]]}
 
@@ -107,7 +116,6 @@ def test_a_schedule_the_profile_cannot_draft_is_refused(tmp_path):
 @pytest.mark.parametrize(("ports", "message"), [
     ((8001,), "has 2 pools .speculative, standard. and --backend-ports gives 1 ports"),
     ((8001, 8002, 8003), "gives 3 ports: one port per pool"),
-    ((8001, 8001), "repeats a port"),
 ])
 def test_ports_that_do_not_fit_the_pools_are_refused(ports, message):
     with pytest.raises(StartError, match=message):
@@ -134,3 +142,13 @@ def test_the_bundled_engines_batch_cap_is_stated_so_requests_past_it_wait_at_the
     lower.write_text(yaml.safe_dump(data, sort_keys=False))
     run = load_policy(policy_for(lower, fleet(lower), tmp_path, batch_cap=8))
     assert {name: pool.max_in_flight for name, pool in run.pools.items()} == {"speculative": 8, "standard": 4}
+
+
+def test_two_services_given_one_port_are_named_before_anything_starts(tmp_path):
+    default = default_policy_path()
+    backends = [command_backend("{python} -c pass", r, tmp_path) for r in fleet(default, (18001, 18080))]
+    stack = Stack(backends, gateway_service(default, 18080, tmp_path))
+    both = r"standard backend \(:18080\) and gateway \(:18080\) are both given port 18080"
+    with pytest.raises(StartError, match=both):
+        stack.start()
+    assert all(service.process is None for service in stack.services)
