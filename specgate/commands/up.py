@@ -1,6 +1,6 @@
 """`specgate up`: the embedded default, the whole stack on this machine.
 
-What it starts, how it watches and stops it: `specgate.up`.
+What it starts: `specgate.replicas`; how it watches and stops it: `specgate.up`.
 """
 
 from __future__ import annotations
@@ -11,19 +11,16 @@ import sys
 from pathlib import Path
 
 from backends.engine.options import MAX_NUM_SEQS
-from specgate.up import (
+from specgate.replicas import (
     DEFAULT_SPECULATIVE_PROFILE,
     FIRST_BACKEND_PORT,
-    Stack,
-    StartError,
-    banner,
     command_backend,
     engine_backend,
     fleet,
-    gateway_service,
     policy_for,
     vllm_backend,
 )
+from specgate.up import Stack, StartError, banner, gateway_service
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -27,7 +27,8 @@ from typing import Any
 from specgate.ops.bench import run_bench, served_model
 from specgate.ops.measure import timed_request
 from specgate.ops.prompts import Prompt
-from specgate.up import SERVED_MODEL, VLLM_CPU_ARGS, Service, wait_healthy
+from specgate.replicas import VLLM_CPU_ARGS
+from specgate.up import SERVED_MODEL, Service, wait_healthy
 
 Launch = Callable[[Mapping[str, Any] | None, int], AbstractContextManager[str]]
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"

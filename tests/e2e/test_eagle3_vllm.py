@@ -19,7 +19,8 @@ import openai
 import pytest
 
 from backends.model import prepare
-from specgate.up import SERVED_MODEL, stop_all, vllm_backends, wait_healthy
+from specgate.replicas import vllm_backends
+from specgate.up import SERVED_MODEL, stop_all, wait_healthy
 from tests.fakes.process import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]

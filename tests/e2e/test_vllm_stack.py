@@ -18,7 +18,8 @@ import yaml
 
 from backends.model import prepare
 from gateway.settings import default_policy_path
-from specgate.up import Stack, gateway_service, vllm_backends
+from specgate.replicas import vllm_backends
+from specgate.up import Stack, gateway_service
 from tests.fakes.process import free_port
 
 pytestmark = pytest.mark.e2e

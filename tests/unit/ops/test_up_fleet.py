@@ -12,16 +12,8 @@ import yaml
 from backends.vllm import load_profiles
 from gateway.policy.loader import load_policy
 from gateway.settings import default_policy_path
-from specgate.up import (
-    Stack,
-    StartError,
-    command_backend,
-    engine_backend,
-    fleet,
-    gateway_service,
-    policy_for,
-    vllm_backend,
-)
+from specgate.replicas import command_backend, engine_backend, fleet, policy_for, vllm_backend
+from specgate.up import Stack, StartError, gateway_service
 
 STAGGERED = {"drafting-late": [[1, 4, 2], [5, 5, 0]], "drafting-early": [[1, 2, 2], [3, 3, 0]]}
 

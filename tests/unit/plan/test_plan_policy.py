@@ -12,7 +12,7 @@ from gateway.settings import default_policy_path
 from specgate.cli import main
 from specgate.plan.options import Option
 from specgate.plan.policy import policy_text
-from specgate.up import fleet
+from specgate.replicas import fleet
 
 LATE, EARLY = SpeculationSchedule.switch(16, 4), SpeculationSchedule.switch(8, 4)
 SLO = {"ttft_s": 1.0, "tpot_s": 0.05}

@@ -13,7 +13,8 @@ import pytest
 from safetensors import safe_open
 
 from backends.vllm import heads, load_profiles, render
-from specgate.up import StartError, vllm_backends
+from specgate.replicas import vllm_backends
+from specgate.up import StartError
 
 ROOT = Path(__file__).resolve().parents[3]
 PROFILE = "speculative-eagle3-local"
