@@ -131,7 +131,9 @@ def _local(port: int) -> str:
 def vllm_backend(replica: Replica, model_dir: Path, logs: Path, python: str = sys.executable,
                  speculative_profile: str = DEFAULT_SPECULATIVE_PROFILE) -> Service:
     """A vLLM CPU server for `replica`: the `standard` profile where its kind never
-    drafts, else `speculative_profile`'s drafter, with the replica's schedule where it has one."""
+    drafts, else `speculative_profile`'s drafter; a replica with a schedule
+    drafts by it, as deep as its deepest step (the profile's depth is an
+    always-drafting replica's)."""
     from backends.vllm import load_profiles, render
     from backends.vllm.heads import HeadNotFound
 
@@ -143,15 +145,11 @@ def vllm_backend(replica: Replica, model_dir: Path, logs: Path, python: str = sy
     else:
         choices = ", ".join(sorted(name for name, p in profiles.items() if p.speculative))
         raise StartError(f"unknown speculative profile {speculative_profile!r}; choose one of: {choices}")
-    spec_config = None
+    spec_config: dict[str, object] | None = None
     if replica.schedule is not None:
-        most = int((profile.speculative_config or {}).get("num_speculative_tokens", 0))
-        asked = max(k for _, _, k in replica.schedule)
-        if asked > most:
-            raise StartError(f"pool {replica.pool}: its speculation_schedule drafts up to {asked} tokens a step "
-                             f"and profile {profile.name} at most {most} (vLLM would cap them); lower the schedule "
-                             "or choose another --speculative-profile")
         spec_config = {"num_speculative_tokens_per_batch_size": replica.schedule}
+        if deepest := max(k for _, _, k in replica.schedule):  # vLLM caps each step's draft at this
+            spec_config["num_speculative_tokens"] = deepest
     try:
         argv = render(profile, model=str(model_dir), port=replica.port, served_model_name=SERVED_MODEL,
                       spec_config=spec_config, extra_args=VLLM_CPU_ARGS, python=python)

@@ -16,6 +16,7 @@ from specgate.replicas import command_backend, engine_backend, fleet, policy_for
 from specgate.up import Stack, StartError, gateway_service
 
 STAGGERED = {"drafting-late": [[1, 4, 2], [5, 5, 0]], "drafting-early": [[1, 2, 2], [3, 3, 0]]}
+DEFAULT_SCHEDULE = [[1, 16, 3], [17, 17, 0]]  # the default's drafting pool: 3 draft tokens up to 16 sequences
 
 
 def staggered_policy(tmp_path: Path, schedules: dict[str, list[list[int]]] = STAGGERED) -> Path:
@@ -39,14 +40,21 @@ def test_the_default_runs_as_it_is_on_8001_and_8002(tmp_path):
     default = default_policy_path()
     replicas = fleet(default)
     assert [(r.pool, r.kind, r.port, r.schedule) for r in replicas] == \
-        [("speculative", "speculative", 8001, None), ("standard", "standard", 8002, None)]
+        [("speculative", "dynamic", 8001, DEFAULT_SCHEDULE), ("standard", "standard", 8002, None)]
     assert policy_for(default, replicas, tmp_path) == default
     assert policy_for(default, fleet(default, None, "speculative-ngram"), tmp_path) == default
+    assert policy_for(default, fleet(default, None, "dynamic-ngram"), tmp_path) == default  # its own schedule
     assert not list(tmp_path.iterdir())
+    drafting = spec_config(vllm_backend(replicas[0], tmp_path, tmp_path, "python3"))
+    assert drafting["num_speculative_tokens_per_batch_size"] == DEFAULT_SCHEDULE
 
 
 def test_moved_ports_and_a_dynamic_profile_are_stated_in_a_copy(tmp_path):
-    default = default_policy_path()
+    data = yaml.safe_load(default_policy_path().read_text())
+    data["pools"]["speculative"] = {**data["pools"]["speculative"], "kind": "speculative"}
+    del data["pools"]["speculative"]["speculation_schedule"]
+    default = tmp_path / "always-drafting.yaml"  # a pool that drafts at every batch
+    default.write_text(yaml.safe_dump(data, sort_keys=False))
     moved = load_policy(policy_for(default, fleet(default, (18001, 18002), "speculative-ngram"), tmp_path))
     assert [e.url for e in moved.pools["speculative"].endpoints] == ["http://127.0.0.1:18001"]
     assert [e.url for e in moved.pools["standard"].endpoints] == ["http://127.0.0.1:18002"]
@@ -89,20 +97,23 @@ def test_a_standard_pool_is_served_plain_and_every_pool_has_its_own_backend(tmp_
     assert len({s.log for s in services}) == 3
     engines = [engine_backend(r, tmp_path, "python3") for r in replicas]
     assert ["--no-speculation" in e.argv for e in engines] == [False, True, True]
-    assert not any("--speculation-schedule" in e.argv for e in engines)
+    assert [e.argv[e.argv.index("--speculation-schedule") + 1] if "--speculation-schedule" in e.argv else None
+            for e in engines] == [json.dumps(DEFAULT_SCHEDULE), None, None]
     commands = [command_backend("{python} serve --port {port} --kind {kind} --pool {pool}", r, tmp_path, "py")
                 for r in replicas]
     assert commands[2].argv == ["py", "serve", "--port", "9003", "--kind", "standard", "--pool", "second-standard"]
 
 
-def test_a_schedule_the_profile_cannot_draft_is_refused(tmp_path):
-    greedy = fleet(staggered_policy(tmp_path, {"deep": [[1, 4, 4], [5, 5, 0]]}))[0]
-    with pytest.raises(StartError, match="drafts up to 4 tokens a step and profile speculative-eagle3-local at most 2"):
-        vllm_backend(greedy, tmp_path, tmp_path, "python3")
-    by_ngram = spec_config(vllm_backend(greedy, tmp_path, tmp_path, "python3", "dynamic-ngram"))
-    assert by_ngram["num_speculative_tokens_per_batch_size"] == [[1, 4, 4], [5, 5, 0]]  # the pool's, not the profile's
+def test_a_schedule_drafts_as_deep_as_it_says_whatever_the_profile_drafts(tmp_path):
+    schedules = {"deep": [[1, 4, 4], [5, 5, 0]], "shallow": [[1, 2, 1], [3, 3, 0]]}
+    deep, shallow = fleet(staggered_policy(tmp_path, schedules))
+    by_head = spec_config(vllm_backend(deep, tmp_path, tmp_path, "python3"))  # the head's profile drafts 2
+    assert by_head["num_speculative_tokens"] == 4 and by_head["method"] == "eagle3"  # not capped at 2 by vLLM
+    by_ngram = spec_config(vllm_backend(shallow, tmp_path, tmp_path, "python3", "dynamic-ngram"))
+    assert by_ngram["num_speculative_tokens_per_batch_size"] == [[1, 2, 1], [3, 3, 0]]  # the pool's, not the profile's
+    assert by_ngram["num_speculative_tokens"] == 1 and by_ngram["method"] == "ngram"
     with pytest.raises(StartError, match="choose one of: .*speculative-eagle3-local"):
-        vllm_backend(greedy, tmp_path, tmp_path, "python3", "standard")
+        vllm_backend(deep, tmp_path, tmp_path, "python3", "standard")
 
 
 @pytest.mark.parametrize(("ports", "message"), [
