@@ -102,6 +102,21 @@ def requests(trace: Trace, samples: list[Sample]) -> list[dict[str, Any]]:
                                                                                         strict=True)]
 
 
+def decisions(gateway: str) -> dict[str, int]:
+    """How many of the gateway's decisions explored, by the pool they went to: its own counter
+    (`specgate_route_decisions_total`), read before the stack stops."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    explored: dict[str, int] = {}
+    text = httpx.get(f"{gateway}/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "specgate_route_decisions_total" and sample.labels.get("explored") == "true":
+                pool = sample.labels["pool"]
+                explored[pool] = explored.get(pool, 0) + int(sample.value)
+    return explored
+
+
 def row(trace: str, result: dict[str, Any]) -> str:
     def num(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"

@@ -78,13 +78,18 @@ def run_way(args: argparse.Namespace, way: str, trace: traces.Trace, work: Path,
         url, sims = running.url, running.sims
     else:
         running, url = None, getattr(args, way)
+    decisions = None
     try:
         samples, wall = asyncio.run(outcome.replay(url, trace, sims, args.model, way))
+        if way == "gateway":
+            decisions = outcome.decisions(url)
     finally:
         if running:
             running.stop()
     result = outcome.report(way, trace, samples, wall, args.slo_ms / 1000,
                             args.tight_slo_ms / 1000, stack.drafting_pools(gateway))
+    if decisions is not None:
+        result["explored"] = decisions
     (args.out / f"{trace.name}-{way}-requests.json").write_text(json.dumps(outcome.requests(trace, samples)))
     return result
 

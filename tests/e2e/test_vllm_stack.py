@@ -18,7 +18,7 @@ import yaml
 
 from backends.model import prepare
 from gateway.settings import default_policy_path
-from specgate.replicas import vllm_backends
+from specgate.replicas import fleet, vllm_backend
 from specgate.up import Stack, gateway_service
 from tests.fakes.process import free_port
 
@@ -52,7 +52,8 @@ def stack(tmp_path_factory):
     policy.write_text(yaml.safe_dump(e2e_policy(*ports)))
     gateway = gateway_service(policy, free_port(), work)
     gateway.env["SPECGATE_ADMIN_TOKEN"] = ADMIN
-    running = Stack(vllm_backends(model_dir, work, ports), gateway)
+    backends = [vllm_backend(replica, model_dir, work) for replica in fleet(default_policy_path(), ports)]
+    running = Stack(backends, gateway)  # the default's fleet, as `up` starts it
     try:
         running.start(timeout_s=600, progress=print)
     except BaseException:

@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--model", default="fake-model")
-    parser.add_argument("--kind", choices=("speculative", "standard"), default="speculative")
+    parser.add_argument("--kind", choices=("speculative", "standard", "dynamic"), default="speculative",
+                        help="dynamic: drafts as a speculative one does (a fake has no batch for a schedule to read)")
     parser.add_argument("--text", default=Script.text)
     parser.add_argument("--chunks", type=int, default=Script.chunks)
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each chunk")
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     fake = FakeVllm(
         args.model,
-        args.kind,
+        "speculative" if args.kind == "dynamic" else args.kind,
         host=args.host,
         port=args.port,
         spec_acceptance=args.spec_acceptance,
