@@ -134,6 +134,7 @@ def vllm_backend(replica: Replica, model_dir: Path, logs: Path, python: str = sy
     drafts, else `speculative_profile`'s drafter; a replica with a schedule
     drafts by it, as deep as its deepest step (the profile's depth is an
     always-drafting replica's)."""
+    from backends.speculation import SpeculationSchedule
     from backends.vllm import load_profiles, render
     from backends.vllm.heads import HeadNotFound
 
@@ -148,7 +149,7 @@ def vllm_backend(replica: Replica, model_dir: Path, logs: Path, python: str = sy
     spec_config: dict[str, object] | None = None
     if replica.schedule is not None:
         spec_config = {"num_speculative_tokens_per_batch_size": replica.schedule}
-        if deepest := max(k for _, _, k in replica.schedule):  # vLLM caps each step's draft at this
+        if deepest := SpeculationSchedule.parse(replica.schedule).max_tokens():  # vLLM caps each step at this
             spec_config["num_speculative_tokens"] = deepest
     try:
         argv = render(profile, model=str(model_dir), port=replica.port, served_model_name=SERVED_MODEL,
