@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-UNBOUNDED = 1 << 30  # "any batch size" as a range's upper end
+UNBOUNDED = 1 << 30  # "any batch size" as a range's upper end, and the highest a schedule may name
+MAX_DRAFT_TOKENS = 32  # the deepest draft a policy may state, in a schedule or the priors' draft_tokens
 
 
 class PoolKind(enum.StrEnum):
@@ -87,7 +88,8 @@ def schedule_of(kind: PoolKind, draft_tokens: int, declared: Sequence[Sequence[i
 
 
 def check_schedule(ranges: Sequence[Sequence[int]]) -> list[str]:
-    """What is wrong with a declared schedule: shape, order, overlap, negative values."""
+    """What is wrong with a declared schedule: shape, order, overlap, values out of bounds (`specgate up`
+    starts a dynamic replica drafting as deep as its deepest step)."""
     problems: list[str] = []
     previous_hi = 0
     for i, item in enumerate(ranges):
@@ -95,8 +97,9 @@ def check_schedule(ranges: Sequence[Sequence[int]]) -> list[str]:
             problems.append(f"[{i}] must be [lo, hi, k], got {list(item)}")
             continue
         lo, hi, k = item
-        if lo < 1 or hi < lo or k < 0:
-            problems.append(f"[{i}] needs 1 <= lo <= hi and k >= 0, got [{lo}, {hi}, {k}]")
+        if not (1 <= lo <= hi <= UNBOUNDED and 0 <= k <= MAX_DRAFT_TOKENS):
+            problems.append(f"[{i}] needs 1 <= lo <= hi <= {UNBOUNDED} and 0 <= k <= {MAX_DRAFT_TOKENS}, "
+                            f"got [{lo}, {hi}, {k}]")
         elif lo <= previous_hi:
             problems.append(f"[{i}] overlaps or precedes the range before it (ranges go up by batch size)")
         else:

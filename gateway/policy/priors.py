@@ -16,6 +16,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from gateway.policy.classes import BANDS
+from gateway.policy.kinds import MAX_DRAFT_TOKENS
 from gateway.policy.strict import Strict
 
 PLAYBOOK_ACCEPTANCE: dict[str, dict[str, float]] = {
@@ -31,7 +32,7 @@ class PriorsSpec(Strict):
     few answers, and pools that answered rescale the priors of those that have not."""
 
     acceptance: dict[str, dict[str, float]] = Field(default_factory=lambda: PLAYBOOK_ACCEPTANCE)
-    draft_tokens: int = Field(default=3, ge=1, le=32)  # k of a speculative pool
+    draft_tokens: int = Field(default=3, ge=1, le=MAX_DRAFT_TOKENS)  # k of a speculative pool
     draft_cost: float = Field(default=0.1, ge=0)  # one drafted token, in plain steps at batch 1
     verify_cost: float = Field(default=0.8, ge=0)  # one extra verified token per sequence, in plain tokens
     ttft_s: float = Field(default=0.06, gt=0)  # first token with nothing else running

@@ -62,6 +62,19 @@ def test_a_schedule_that_never_switches_is_refused_with_the_fix() -> None:
         parse_policy(policy_text("dynamic", "    speculation_schedule: [[1, 8, 0], [9, 16, 0]]"))
 
 
+def test_a_schedule_drafts_no_deeper_and_counts_no_higher_than_a_policy_may_say() -> None:
+    # `specgate up` starts vLLM drafting as deep as the schedule's deepest step: a depth past what
+    # the priors allow is refused in the file, with the bound, not in an engine's start-up log
+    with pytest.raises(PolicyError, match=r"k <= 32"):
+        parse_policy(policy_text("dynamic", "    speculation_schedule: [[1, 16, 100000], [17, 17, 0]]"))
+    with pytest.raises(PolicyError, match=r"hi <= 1073741824"):
+        parse_policy(policy_text("dynamic", "    speculation_schedule: [[1, 16, 3], [17, 10000000000000, 0]]"))
+    deepest = parse_policy(policy_text("dynamic", "    speculation_schedule: [[1, 16, 32], [17, 17, 0]]"))
+    assert deepest.schedules["fast"].drafts(1) == 32
+    with pytest.raises(PolicyError, match="draft_tokens"):
+        parse_policy(policy_text("speculative") + "routing: {priors: {draft_tokens: 33}}\n")
+
+
 @pytest.mark.parametrize("ranges", [[[1, 8, 3], [9, 32, 2], [33, 1024, 0]], [[1, 16, 3], [32, 128, 2]],
                                     [[1, 4, 0], [5, 9, 2]], [[1, 2, 4], [3, 4, 2], [5, 1024, 0]]])
 def test_the_gateway_reads_a_schedule_as_the_engines_do(ranges) -> None:
