@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import random
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,6 +43,7 @@ from backends.serving.generation import estimate_tokens
 
 DOMAINS = ("code", "math", "chat")
 BUCKET_TEMPERATURE = {"greedy": 0.0, "low": 0.3, "mid": 0.8, "hot": 1.3}  # a temperature inside each bucket
+MAX_REQUESTS = 100_000  # each option is replayed over every request: ~1 s a thousand on two replicas
 
 
 class WorkloadError(ValueError):
@@ -111,6 +113,7 @@ def _described(name: str, data: dict[str, Any]) -> Workload:
             if now >= start + duration:
                 break
             spec = rng.choices(classes, weights)[0]
+            _room_for_one_more(requests)
             requests.append(PlannedRequest(now, spec["domain"], spec["temperature"], spec["max_tokens"],
                                            spec["prompt_tokens"], spec["acceptance"]))
         start += duration
@@ -151,12 +154,22 @@ def _list(data: dict[str, Any], key: str) -> list[Any]:
     return value
 
 
-def _number(data: dict[str, Any], key: str, default: float | None, minimum: float, where: str = "") -> float:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
+def _number(data: dict[str, Any], key: str, default: float | None, minimum: float, where: str = "",
+            maximum: float = math.inf) -> float:
+    value = data.get(key)
+    value = default if value is None else value
+    if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+            or not minimum <= value <= maximum):
         place = f"{where}." if where else ""
-        raise WorkloadError(f"{place}{key}: a number >= {minimum} is required, not {value!r}")
+        bound = f" and <= {maximum}" if maximum < math.inf else ""
+        raise WorkloadError(f"{place}{key}: a number >= {minimum}{bound} is required, not {value!r}")
     return float(value)
+
+
+def _room_for_one_more(requests: list[PlannedRequest]) -> None:
+    if len(requests) >= MAX_REQUESTS:
+        raise WorkloadError(f"more than {MAX_REQUESTS} requests: plan a part of the workload "
+                            "(each option is replayed over every request)")
 
 
 def _rows(path: Path, text: str) -> list[PlannedRequest]:
@@ -168,14 +181,18 @@ def _rows(path: Path, text: str) -> list[PlannedRequest]:
             continue
         try:
             row = json.loads(line)
+            _room_for_one_more(requests)
             if "control" in row:
-                quality.update(row["control"].get("domain_quality", {}))
+                changes = row["control"].get("domain_quality", {})
+                quality.update({domain: _number(changes, domain, None, 0, "domain_quality") for domain in changes})
             elif "at" in row:
                 requests.append(_traced(row, quality))
             else:
                 when = datetime.fromisoformat(row["time"].replace("Z", "+00:00"))
                 start = start or when
                 requests.append(_captured(row, (when - start).total_seconds()))
+        except WorkloadError as exc:
+            raise WorkloadError(f"{path}:{number}: {exc}") from None
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise WorkloadError(f"{path}:{number}: not a trace or capture row ({exc})") from None
     return _spread(sorted(requests, key=lambda r: r.at))
@@ -183,14 +200,22 @@ def _rows(path: Path, text: str) -> list[PlannedRequest]:
 
 def _traced(row: dict[str, Any], quality: dict[str, float]) -> PlannedRequest:
     domain = row.get("domain") if row.get("domain") in DOMAINS else "chat"
-    text = "\n".join(str(m.get("content", "")) for m in row.get("messages") or ()) or str(row.get("prompt", ""))
-    return PlannedRequest(float(row["at"]), domain, float(row.get("temperature") or 0.0), row.get("max_tokens"),
-                          estimate_tokens(text), quality=float(quality.get(domain, 1.0)))
+    text = _messages_text(row) or str(row.get("prompt", ""))
+    max_tokens = None if row.get("max_tokens") is None else int(_number(row, "max_tokens", None, 1))
+    return PlannedRequest(_number(row, "at", None, 0), domain, _number(row, "temperature", 0.0, 0, maximum=2),
+                          max_tokens, estimate_tokens(text), quality=quality.get(domain, 1.0))
+
+
+def _messages_text(row: dict[str, Any]) -> str:
+    messages = row.get("messages") or []
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise WorkloadError("messages: a list of {role, content} objects is required")
+    return "\n".join(str(m.get("content", "")) for m in messages)
 
 
 def _captured(row: dict[str, Any], at: float) -> PlannedRequest:
     domain, _, bucket = str(row["class"]).partition("/")
-    text = "\n".join(str(m.get("content", "")) for m in row.get("messages") or ())
+    text = _messages_text(row)
     return PlannedRequest(at, domain if domain in DOMAINS else "chat", BUCKET_TEMPERATURE.get(bucket, 1.0), None,
                           estimate_tokens(text))
 

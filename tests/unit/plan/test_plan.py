@@ -108,6 +108,10 @@ def test_a_trace_and_a_capture_are_read_as_workloads(tmp_path):
     ("phases: [{duration_s: 10, rate: -1}]\nclasses: [{domain: code}]", "rate: a number >= 0"),
     ("phases: [{duration_s: 10, rate: 1}]\nclasses: [{domain: code, acceptance: 1.5}]", "below 1"),
     ("[unclosed", "not YAML"),
+    ("phases: [{duration_s: .inf, rate: 1}]\nclasses: [{domain: code}]", "duration_s: a number"),
+    ("phases: [{duration_s: 10, rate: .nan}]\nclasses: [{domain: code}]", "rate: a number"),
+    # a thousand years at a thousand a second: refused at the cap, not generated until memory runs out
+    ("phases: [{duration_s: 31536000000, rate: 1000}]\nclasses: [{domain: code}]", "more than 100000 requests"),
 ])
 def test_a_bad_workload_is_one_clear_line(tmp_path, capsys, text, message):
     path = tmp_path / "bad.yaml"
@@ -117,6 +121,25 @@ def test_a_bad_workload_is_one_clear_line(tmp_path, capsys, text, message):
     assert main(["plan", str(path), "--gpus", "2"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("specgate plan: ") and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("row,message", [
+    ({"at": float("inf"), "max_tokens": 10}, "at: a number >= 0"),
+    ({"at": -5}, "at: a number >= 0"),
+    ({"at": 0, "temperature": float("nan")}, "temperature: a number >= 0 and <= 2"),
+    ({"at": 0, "messages": "hi"}, "messages: a list of"),
+    ({"at": 0, "max_tokens": 0.5}, "max_tokens: a number >= 1"),
+    ({"at": 0, "control": {"domain_quality": {"code": "x"}}}, "domain_quality.code: a number"),
+])
+def test_a_bad_trace_row_is_named_by_its_line_and_field(tmp_path, capsys, row, message):
+    path = tmp_path / "bad.jsonl"
+    good = {"at": 0.5, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
+    path.write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(WorkloadError, match=message):
+        load(path)
+    assert main(["plan", str(path), "--gpus", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"specgate plan: {path}:2: ") and message in err and "Traceback" not in err
 
 
 def test_bad_flags_are_refused_before_any_work(tmp_path, capsys):
