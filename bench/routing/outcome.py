@@ -102,19 +102,23 @@ def requests(trace: Trace, samples: list[Sample]) -> list[dict[str, Any]]:
                                                                                         strict=True)]
 
 
-def decisions(gateway: str) -> dict[str, int]:
-    """How many of the gateway's decisions explored, by the pool they went to: its own counter
-    (`specgate_route_decisions_total`), read before the stack stops."""
+def decisions(gateway: str) -> dict[str, dict[str, int]]:
+    """From the gateway's own counters, read before the stack stops: how many of its decisions
+    explored, by the pool they went to (`specgate_route_decisions_total`), and how many requests
+    it held, by how the hold ended (`specgate_admission_holds_total`)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     explored: dict[str, int] = {}
+    held: dict[str, int] = {}
     text = httpx.get(f"{gateway}/metrics", timeout=10).text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "specgate_route_decisions_total" and sample.labels.get("explored") == "true":
                 pool = sample.labels["pool"]
                 explored[pool] = explored.get(pool, 0) + int(sample.value)
-    return explored
+            elif sample.name == "specgate_admission_holds_total":
+                held[sample.labels["outcome"]] = int(sample.value)
+    return {"explored": explored, "held": held}
 
 
 def row(trace: str, result: dict[str, Any]) -> str:

@@ -89,7 +89,7 @@ def run_way(args: argparse.Namespace, way: str, trace: traces.Trace, work: Path,
     result = outcome.report(way, trace, samples, wall, args.slo_ms / 1000,
                             args.tight_slo_ms / 1000, stack.drafting_pools(gateway))
     if decisions is not None:
-        result["explored"] = decisions
+        result.update(decisions)
     (args.out / f"{trace.name}-{way}-requests.json").write_text(json.dumps(outcome.requests(trace, samples)))
     return result
 
