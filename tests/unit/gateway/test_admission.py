@@ -212,9 +212,26 @@ def test_a_pool_without_an_objective_always_has_room() -> None:
     assert hold(found, POLICY.objectives, ahead=0) is None
 
 
+def test_the_shipped_policy_holds_a_burst_and_nothing_else() -> None:
+    # both pools state 50 ms a token: a request at light load goes in, and one that finds every
+    # replica at a burst's load (past its room on the priors' curve) waits, at most its objective
+    shipped = load_policy(default_policy_path())
+    assert {pool: (slo.ttft_s, slo.tpot_s) for pool, slo in shipped.objectives.items()} == {
+        "speculative": (None, 0.05), "standard": (None, 0.05)}
+    model = LatencyModel(shipped.schedules)
+    pools = ("speculative", "standard")
+    for load in ({"speculative": 0, "standard": 0}, {"speculative": 8, "standard": 3}):
+        found = fastest(pools, features(load), "chat/greedy", 256, model, None)
+        assert hold(found.within(past_rooms(found, shipped.objectives, model)), shipped.objectives, 0) is None
+    burst = {"speculative": 400, "standard": 400}
+    found = fastest(pools, features(burst), "chat/greedy", 256, model, None)
+    held = hold(found.within(past_rooms(found, shipped.objectives, model)), shipped.objectives, 0)
+    assert held is not None and held.budget_s == pytest.approx(256 * 0.05)
+
+
 def test_no_room_is_read_where_no_pool_states_an_objective() -> None:
-    # every pool's `slo` defaults to an empty one: the shipped policy reads no room per request
-    assert POLICY.objectives.keys() == {"spec", "std"} and not load_policy(default_policy_path()).objectives
+    # every pool's `slo` defaults to an empty one: such a pool reads no room per request
+    assert POLICY.objectives.keys() == {"spec", "std"}
     empty = parse_policy(POLICY_YAML.replace("slo: {tpot_s: 0.02}", "slo: {}"))
     assert not empty.objectives and not empty.pools["spec"].slo.stated
     found, _ = decide({"spec": 10**6, "std": 10**6}, objectives=empty.objectives)
