@@ -28,9 +28,10 @@ Rooms bind twice:
    requests meet the objective, and the short answers, whose budget cannot
    absorb a slow batch, go first.
 
-A candidate that is idle or states no objective has room. One where no load
-meets the objective is no reason to hold: waiting cannot bring it back. A
-request waits at most its own objective: by then it has missed, and it goes
+A candidate that is idle or states no objective has room, and so has one
+where no load meets the objective (a replica too slow for it even alone):
+waiting cannot bring that one back, and holding for another replica would
+leave it idle while requests wait. A request waits at most its own objective: by then it has missed, and it goes
 in as it is (holding never refuses; the 429 and 503 of a pool at its
 in-flight limit are the queue's).
 
@@ -76,10 +77,10 @@ def objective(slo: SloSpec, tokens: float, tpot_s: float) -> float:
     return (slo.ttft_s or 0.0) + tokens * (slo.tpot_s if slo.tpot_s is not None else tpot_s)
 
 
-def past_rooms(found: Fastest, objectives: Mapping[str, SloSpec], model: LatencyModel) -> dict[str, int | None]:
-    """The candidates past their room, each with its room (None: no load meets the objective).
-    `objectives`: each pool's that states one (`Policy.objectives`)."""
-    past: dict[str, int | None] = {}
+def past_rooms(found: Fastest, objectives: Mapping[str, SloSpec], model: LatencyModel) -> dict[str, int]:
+    """The candidates past their room, each with its room. `objectives`: each pool's that
+    states one (`Policy.objectives`). One where no load meets its objective is not past."""
+    past: dict[str, int] = {}
     for estimate in found.estimates:
         slo = objectives.get(estimate.pool)
         if slo is None or estimate.load == 0:
@@ -87,7 +88,7 @@ def past_rooms(found: Fastest, objectives: Mapping[str, SloSpec], model: Latency
         answer = model.answer_tokens(estimate.pool, found.tokens)
         room = model.room(estimate.pool, found.traffic, slo.ttft_s, slo.tpot_s, answer, estimate.load + 1,
                           model.gateway_wait(estimate.pool))
-        if room is None or room < estimate.load:
+        if room is not None and room < estimate.load:
             past[estimate.pool] = room
     return past
 
@@ -101,8 +102,8 @@ def hold(found: Fastest, objectives: Mapping[str, SloSpec], ahead: int) -> Hold 
     waits = []
     for estimate in found.estimates:
         room, slo = found.past[estimate.pool], objectives.get(estimate.pool)
-        if room is None or slo is None:  # None: a policy reloaded since the draw lacks the pool
-            continue  # no load meets the objective there: waiting cannot bring it back
+        if slo is None:  # a policy reloaded since the draw lacks the pool
+            continue
         # one lease back per E2E / load, until the load is down to the room with those ahead gone in
         wait = (estimate.load - room + ahead) * estimate.predicted.e2e_s / estimate.load
         waits.append((wait, estimate.pool, room, slo, estimate.predicted.tpot_s))

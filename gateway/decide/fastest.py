@@ -83,7 +83,7 @@ class Fastest(NamedTuple):  # a tuple, as `Estimate` is
     estimates: tuple[Estimate, ...]  # by predicted mean cost, cheapest first
     traffic: str
     tokens: int
-    past: Mapping[str, int | None] = MappingProxyType({})  # past their room (admission.py): pool -> room
+    past: Mapping[str, int] = MappingProxyType({})  # past their room (admission.py): pool -> room
 
     @property
     def explored(self) -> bool:
@@ -93,7 +93,7 @@ class Fastest(NamedTuple):  # a tuple, as `Estimate` is
     def chosen(self) -> Estimate:
         return next(e for e in self.estimates if e.pool == self.pool)
 
-    def within(self, past: Mapping[str, int | None]) -> Fastest:
+    def within(self, past: Mapping[str, int]) -> Fastest:
         """The same draw with `past` known: where some candidate is within its room, the one of
         those with the smallest draw, so placement does not send a request past a pool's room
         while another has some."""
