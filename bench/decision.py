@@ -93,8 +93,9 @@ def bodies(rng: random.Random) -> list[dict[str, Any]]:
 
 def stated(policy: Policy) -> str:
     """The pools' objectives in a table cell: `tpot_s 0.05`, or `none`."""
-    slos = {f"{slo.model_dump(exclude_none=True)}" for slo in policy.objectives.values()}
-    return ", ".join(sorted(slos)).replace("'", "").replace(":", "").strip("{}") or "none"
+    slos = {" ".join(f"{key} {value:g}" for key, value in slo.model_dump(exclude_none=True).items())
+            for slo in policy.objectives.values()}
+    return ", ".join(sorted(slos)) or "none"
 
 
 def with_slo(policy: Policy, tpot_s: float) -> Policy:

@@ -31,9 +31,9 @@ Rooms bind twice:
 A candidate that is idle or states no objective has room, and so has one
 where no load meets the objective (a replica too slow for it even alone):
 waiting cannot bring that one back, and holding for another replica would
-leave it idle while requests wait. A request waits at most its own objective: by then it has missed, and it goes
-in as it is (holding never refuses; the 429 and 503 of a pool at its
-in-flight limit are the queue's).
+leave it idle while requests wait. A request waits at most its own
+objective: by then it has missed, and it goes in as it is (holding never
+refuses; the 429 and 503 of a pool at its in-flight limit are the queue's).
 
 Pure functions of the decision: nothing unless a pool states an objective,
 then one read of the model's curve per loaded candidate (a search, from the
