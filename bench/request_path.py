@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import functools
 import importlib.util
 import itertools
 import json
@@ -46,21 +47,37 @@ BODY = {"model": "bench", "messages": [{"role": "user", "content": "Write a haik
 
 
 def scope_for(body: bytes) -> dict[str, Any]:
-    """The scope `specgate serve`'s protocol gives a request, with its two extensions (the
+    """The scope `specgate serve`'s protocol gives a request, with its extensions (the
     relay then watches the client through them, not through a task on `receive`)."""
-    from gateway.upstream.relay import ABORT_EXTENSION, DISCONNECT_EXTENSION
-
     return {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
             "method": "POST", "scheme": "http", "path": "/v1/chat/completions",
             "raw_path": b"/v1/chat/completions", "query_string": b"", "root_path": "",
             "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8080),
             "headers": [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json"),
                         (b"content-length", str(len(body)).encode())],
-            "extensions": {ABORT_EXTENSION: _never, DISCONNECT_EXTENSION: _never}}
+            "extensions": _extensions()}
+
+
+@functools.cache
+def _extensions() -> dict[str, Any]:
+    from gateway.upstream.relay import ABORT_EXTENSION, DISCONNECT_EXTENSION
+
+    extensions: dict[str, Any] = {ABORT_EXTENSION: _never, DISCONNECT_EXTENSION: _never}
+    try:
+        from gateway.edge.body import BODY_IN_EXTENSION
+        extensions[BODY_IN_EXTENSION] = _whole
+    except ImportError:  # a baseline from before the server told that the body is in
+        pass
+    return extensions
 
 
 def _never(*_: Any) -> None:
     """The client is never lost nor aborted here."""
+
+
+def _whole() -> bool:
+    """The body is always whole here, as a small one is under the server: it came with the head."""
+    return True
 
 
 async def call(app: Any, body: bytes) -> int:

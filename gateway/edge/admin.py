@@ -14,7 +14,8 @@ from starlette.routing import Route
 from gateway.control.reload import PolicyReloader
 from gateway.decide.apis import explained_endpoint
 from gateway.decide.features import parse_json_body
-from gateway.edge.endpoints import ProxyEndpoints, read_body
+from gateway.edge.body import read_body
+from gateway.edge.endpoints import ProxyEndpoints
 from gateway.errors import Forbidden, InvalidRequest, NotFound
 from gateway.flags import FlagStore, Mode
 from gateway.policy.loader import PolicyError

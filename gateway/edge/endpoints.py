@@ -6,7 +6,6 @@ pool and endpoint that hold it, and nowhere else (upstream/response_homes.py).""
 
 from __future__ import annotations
 
-import asyncio
 import random
 import re
 import time
@@ -16,7 +15,7 @@ from urllib.parse import quote
 
 import httpx
 import structlog
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
@@ -28,10 +27,11 @@ from gateway.decide.latency import LatencyModel
 from gateway.decide.routing import Decision, Overrides, Routed, route
 from gateway.decide.traffic import ClassLatency
 from gateway.edge.auth import ClientKeys, Grant
+from gateway.edge.body import read_body
 from gateway.edge.load_view import DecisionLoad
 from gateway.edge.priority import request_priority
 from gateway.edge.tracing import span_of, trace_decision
-from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, NotFound, PayloadTooLarge, RequestTimeout
+from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, NotFound
 from gateway.flags import FlagStore
 from gateway.metrics import Children, GatewayMetrics
 from gateway.policy.classes import traffic_class
@@ -58,32 +58,6 @@ def request_id(request: Request, rng: random.Random) -> str:
     request is a system call on the hot path)."""
     given = request.headers.get("x-request-id", "")
     return given if REQUEST_ID.match(given) else f"{rng.getrandbits(128):032x}"
-
-
-async def read_body(request: Request, limit: int, timeout_s: float | None = None) -> bytes:
-    """The body, at most `limit` bytes, all of it within `timeout_s` (a client
-    that stalls or trickles must not hold a connection and a task forever).
-    Read off `receive` (as Starlette's `Request.stream` does, without its async
-    generator): a small body is one message, and arrived with the head."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body is over the {limit} byte limit")
-    receive, chunks, size, more = request.receive, [], 0, True
-    try:
-        async with asyncio.timeout(timeout_s):
-            while more:
-                message = await receive()
-                if message["type"] != "http.request":
-                    raise ClientDisconnect()
-                chunk: bytes = message.get("body", b"")
-                size += len(chunk)
-                if size > limit:
-                    raise PayloadTooLarge(f"request body is over the {limit} byte limit")
-                chunks.append(chunk)
-                more = message.get("more_body", False)
-    except TimeoutError:
-        raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s") from None
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 class ProxyEndpoints:

@@ -28,7 +28,9 @@ answer queued for a reader that never drains it.
 
 The scope also carries `relay.DISCONNECT_EXTENSION`: the relay hands it a
 callback the protocol calls when the connection is lost, instead of running a
-task per request that waits on `receive` for `http.disconnect`.
+task per request that waits on `receive` for `http.disconnect`. And
+`body.BODY_IN_EXTENSION`, which tells whether the request's whole body has
+arrived: then reading it needs no deadline.
 
 What a connection writes in one turn of the event loop goes out in one write
 at the end of that turn (`TurnWrites`): uvicorn writes a response's head, its
@@ -47,6 +49,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gateway.edge.body import BODY_IN_EXTENSION
 from gateway.errors import GatewayError, HeadersTooLarge, InvalidRequest
 from gateway.upstream.relay import ABORT_EXTENSION, DISCONNECT_EXTENSION
 
@@ -119,6 +122,9 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         self._disarm()
         self._head.reading = False
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:  # this request's cycle (not an upgrade's)
+            self.scope["extensions"][BODY_IN_EXTENSION] = lambda: not cycle.more_body  # type: ignore[index]
 
     def _arm(self) -> None:
         self._header_timer = self.loop.call_later(self.header_timeout_s, self._expire)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from starlette.requests import ClientDisconnect, Request
 
-from gateway.edge.endpoints import read_body
+from gateway.edge.body import BODY_IN_EXTENSION, read_body
 from gateway.errors import PayloadTooLarge, RequestTimeout
 
 
@@ -75,3 +75,25 @@ def test_a_client_that_leaves_is_not_read_as_a_body(before: list[dict[str, Any]]
 def test_a_client_that_stalls_is_answered_at_the_deadline(before: list[dict[str, Any]]) -> None:
     with pytest.raises(RequestTimeout):
         read(request_of(before), timeout_s=0.01)
+
+
+def request_telling(body_in: bool) -> Request:
+    """A request whose whole body comes after one turn of the loop, from a server that says
+    (BODY_IN_EXTENSION) whether the body is in."""
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(0)
+        return part(b"{}")
+
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b"",
+             "extensions": {BODY_IN_EXTENSION: lambda: body_in}}
+    return Request(scope, receive)
+
+
+def test_a_body_the_server_says_is_in_is_read_without_a_deadline() -> None:
+    # a deadline of 0 ends the first wait at once: read under one, the turn above would time out
+    assert read(request_telling(body_in=True), timeout_s=0) == b"{}"
+
+
+def test_a_body_the_server_says_is_still_coming_is_read_under_the_deadline() -> None:
+    with pytest.raises(RequestTimeout):
+        read(request_telling(body_in=False), timeout_s=0)
