@@ -124,7 +124,8 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:  # this request's cycle (not an upgrade's)
-            self.scope["extensions"][BODY_IN_EXTENSION] = lambda: not cycle.more_body  # type: ignore[index]
+            extensions: dict[str, Any] = self.scope["extensions"]  # set in on_message_begin
+            extensions[BODY_IN_EXTENSION] = lambda: not cycle.more_body
 
     def _arm(self) -> None:
         self._header_timer = self.loop.call_later(self.header_timeout_s, self._expire)
