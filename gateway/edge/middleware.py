@@ -13,7 +13,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.edge.endpoints import request_id
 from gateway.edge.error_answers import answer_error
-from gateway.edge.paths import normalise_target
+from gateway.edge.paths import KnownTargets
+from gateway.edge.request import EdgeRequest
 from gateway.errors import GatewayError, HeadersTooLarge
 
 FastHandler = Callable[[Request], Awaitable[ASGIApp]]
@@ -34,15 +35,16 @@ class RequestIdMiddleware:
         self.app = app
         self.hot = hot
         self.rng = random.Random(os.urandom(16))
+        self.targets = KnownTargets()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request = Request(scope, receive)
+        request = EdgeRequest(scope, receive)
         scope.setdefault("state", {})["request_id"] = request_id(request, self.rng)
         try:
-            scope["raw_path"], scope["path"] = normalise_target(
+            scope["raw_path"], scope["path"] = self.targets(
                 scope.get("raw_path") or quote(scope["path"]).encode(), scope.get("query_string", b""))
         except GatewayError as exc:
             await (await answer_error(request, exc))(scope, receive, send)

@@ -96,3 +96,26 @@ def _collapse(path: bytes) -> bytes:
 
 def _invalid(message: str, code: str = "invalid_path") -> InvalidRequest:
     return InvalidRequest(message, code=code)
+
+
+class KnownTargets:
+    """`normalise_target`, remembered for targets without a query: clients send the
+    same few paths again and again. At most `size` are kept (the first ones seen that
+    were valid); any other target is normalised each time it comes."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._known: dict[bytes, tuple[bytes, str]] = {}
+
+    def __call__(self, raw_path: bytes, query: bytes = b"") -> tuple[bytes, str]:
+        if query:
+            return normalise_target(raw_path, query)
+        found = self._known.get(raw_path)
+        if found is None:
+            found = normalise_target(raw_path)  # a bad target raises here: never kept
+            if len(self._known) < self.size:
+                self._known[raw_path] = found
+        return found
+
+    def __len__(self) -> int:
+        return len(self._known)

@@ -1,0 +1,40 @@
+"""`EdgeRequest`: the request the middleware hands the hot routes, its headers a
+`HeaderMap` (Starlette's `Headers`, looked up in a dict built once). A
+generation request asks for half a dozen headers, most of them absent
+(`x-request-id`, the priority and routing headers, a session header), and in
+Starlette's list each miss scanned every header and raised and caught a
+`KeyError`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.types import Receive, Scope
+
+
+class HeaderMap(Headers):
+    def __init__(self, scope: Scope) -> None:
+        super().__init__(scope=scope)
+        self._first = dict(reversed(self._list))  # a name sent twice reads as its first value, as in Headers
+
+    def __getitem__(self, key: str) -> str:
+        return self._first[key.lower().encode("latin-1")].decode("latin-1")
+
+    def __contains__(self, key: Any) -> bool:
+        return isinstance(key, str) and key.lower().encode("latin-1") in self._first
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self._first.get(key.lower().encode("latin-1"))
+        return default if value is None else value.decode("latin-1")
+
+
+class EdgeRequest(Request):
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        super().__init__(scope, receive)
+        self._header_map = HeaderMap(scope)
+
+    @property
+    def headers(self) -> Headers:
+        return self._header_map
