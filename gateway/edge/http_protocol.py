@@ -244,7 +244,7 @@ class _HeadCount:
         self._tail = b""
 
     def add(self, data: bytes) -> int:
-        window = self._tail + data
+        window = self._tail + data if self._tail else data  # a head in one read (the usual case): no copy
         end = window.find(b"\r\n\r\n")
         if end < 0:
             self.size += len(data)
