@@ -4,11 +4,13 @@ say so only when it is true, on 127.0.0.1."""
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from backends.serving.server import BackgroundServer
 from gateway.edge.body import BODY_IN_EXTENSION
@@ -67,3 +69,21 @@ def test_a_body_that_follows_its_head_is_not_in_until_it_arrives(served) -> None
         answer = connection.answer("POST")
     assert answer is not None and answer.body == BODY
     assert app.said == [False]
+
+
+def test_the_check_leaves_no_request_to_the_garbage_collector(served) -> None:
+    """The check is kept in the request's scope, which its cycle holds: it must reach the
+    cycle weakly, or every request's cycle, scope and transport is freed only by a collection."""
+    server, _ = served
+    gc.collect()
+    gc.disable()
+    try:
+        with RawConnection(server.url, 10) as connection:
+            for _ in range(20):
+                connection.send(HEAD + BODY)
+                answer = connection.answer("POST")
+                assert answer is not None and answer.body == BODY
+            alive = [o for o in gc.get_objects() if isinstance(o, RequestResponseCycle)]
+    finally:
+        gc.enable()
+    assert len(alive) <= 1  # the connection's last request's, which its protocol still holds
