@@ -35,7 +35,7 @@ def test_a_header_map_keeps_every_value_for_the_rest_of_headers_api() -> None:
 
 
 def test_the_edge_request_reads_its_headers_through_the_map() -> None:
-    request = EdgeRequest({"type": "http", "headers": RAW}, receive=None)  # type: ignore[arg-type]
+    request = EdgeRequest({"type": "http", "headers": RAW}, receive=None)  # type: ignore[arg-type]  # no body is read
     assert isinstance(request.headers, HeaderMap)
     assert request.headers.get("x-dup") == "first"
 

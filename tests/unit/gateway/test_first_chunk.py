@@ -29,8 +29,8 @@ async def sent(_: Any) -> None:
 
 
 def relay(first_chunk_s: float = SOON_S) -> Relay:
-    return Relay(exchange=None, timeouts=RelayTimeouts(first_chunk_s=first_chunk_s, keepalive_s=60.0,  # type: ignore[arg-type]
-                                                       write_s=60.0))
+    timeouts = RelayTimeouts(first_chunk_s=first_chunk_s, keepalive_s=60.0, write_s=60.0)
+    return Relay(exchange=None, timeouts=timeouts)  # type: ignore[arg-type]  # the first chunk needs no exchange
 
 
 def test_no_first_chunk_in_time_is_a_timeout() -> None:
