@@ -100,8 +100,11 @@ def _invalid(message: str, code: str = "invalid_path") -> InvalidRequest:
 
 class KnownTargets:
     """`normalise_target`, remembered for targets without a query: clients send the
-    same few paths again and again. At most `size` are kept (the first ones seen that
-    were valid); any other target is normalised each time it comes."""
+    same few paths again and again. At most `size` are kept (the first valid ones seen
+    of at most `KEPT_BYTES`: a client sending long paths cannot fill the memory with
+    them); any other target is normalised each time it comes."""
+
+    KEPT_BYTES = 256
 
     def __init__(self, size: int = 256) -> None:
         self.size = size
@@ -113,7 +116,7 @@ class KnownTargets:
         found = self._known.get(raw_path)
         if found is None:
             found = normalise_target(raw_path)  # a bad target raises here: never kept
-            if len(self._known) < self.size:
+            if len(self._known) < self.size and len(raw_path) <= self.KEPT_BYTES:
                 self._known[raw_path] = found
         return found
 

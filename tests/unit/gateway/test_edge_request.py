@@ -67,3 +67,10 @@ def test_known_targets_keep_at_most_their_size_and_still_answer_past_it() -> Non
     paths = [f"/v1/p{i}".encode() for i in range(5)]
     assert [targets(p) for p in paths] == [normalise_target(p) for p in paths]
     assert len(targets) == 2
+
+
+def test_a_long_target_is_answered_but_never_kept() -> None:
+    targets = KnownTargets()
+    long = b"/v1/" + b"a" * KnownTargets.KEPT_BYTES
+    assert targets(long) == normalise_target(long)
+    assert len(targets) == 0
