@@ -187,7 +187,6 @@ def test_a_burst_that_counts_its_own_decisions_splits_between_identical_pools():
     (as the gateway's lease does): of two pools measured nearly alike, the
     slightly faster one does not take the whole burst."""
     model = measured(speculative=FAST, standard=(FAST[0] * 1.1, FAST[1] * 1.1))
-    model.speculative_pools = frozenset()  # the same priors for both: identical pools
     rng, flags, load = random.Random(3), FlagStore(()).snapshot(), {"speculative": 0, "standard": 0}
     for _ in range(32):
         load[decide(features(load=dict(load)), POLICY, flags, 0.5, model, rng).pool] += 1
