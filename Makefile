@@ -6,6 +6,9 @@
 #                e2e (real vLLM) and soak.
 # `make test`  - lint, types and import contracts, then every test suite (unit,
 #                integration, e2e on real vLLM, soak): what CI runs.
+# `make compile` - the routing decision compiled with mypyc into build/compiled
+#                (`specgate serve` uses it while it matches the sources). `make run`
+#                builds it when the sources changed, and runs the sources if it cannot.
 # All create .venv and install what they need on first use.
 
 VENV   ?= .venv
@@ -17,10 +20,18 @@ STAMP  := $(VENV)/.installed
 # Redis server for the state that several gateways share.
 SYSTEM_TOOLS := prometheus:prometheus promtool:prometheus docker-compose:docker-compose redis-server:redis-server
 
-.PHONY: run check test lint install system-deps model bench-overhead clean
+.PHONY: run check test lint install compile system-deps model bench-overhead clean
+
+COMPILED := build/compiled/manifest.json
 
 run: $(STAMP)
+	-@$(MAKE) --no-print-directory compile
 	$(VENV)/bin/specgate up
+
+compile: $(COMPILED)
+
+$(COMPILED): $(STAMP) $(shell find gateway -name '*.py')
+	$(VENV)/bin/specgate compile
 
 # The fast loop runs its tests on CHECK_WORKERS processes (pytest-xdist).
 CHECK_WORKERS ?= 2
@@ -69,4 +80,4 @@ system-deps:
 	fi
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis build/compiled

@@ -62,6 +62,8 @@ def supervise(args: argparse.Namespace, settings: Any) -> int:
                    "--port", str(port), "--policy", str(settings.policy)]
         if args.log_level:
             command += ["--log-level", args.log_level]
+        command += ["--compiled", args.compiled, *(["--compiled-dir", str(args.compiled_dir)] if args.compiled_dir
+                                                   else [])]
         return Workers(command, args.workers, settings.drain_timeout_s).run()
 
 

@@ -27,11 +27,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help="port to listen on (default: $SPECGATE_PORT or 8080)")
     parser.add_argument("--log-level", help="debug, info, warning or error (default: info)")
     parser.add_argument("--workers", type=int, default=1, metavar="N", help=WORKERS_HELP)
+    parser.add_argument("--compiled", choices=("auto", "require", "off"), default="auto",
+                        help="the routing decision compiled with mypyc (`specgate compile`): auto uses the "
+                        "build while it matches the sources and says why not otherwise; require refuses to "
+                        "start without one; off runs the sources (default: auto)")
+    parser.add_argument("--compiled-dir", type=Path, help="where `specgate compile --out` put the build "
+                        "(default: build/compiled beside the gateway package)")
     # set by `--workers N` on the processes it starts: the read end of a pipe that closes when it exits
     parser.add_argument("--worker-of", type=int, help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
+    from specgate.compiled import use_compiled
+
+    try:  # first: the finder must come before any module of the decision is imported
+        compiled = use_compiled(args.compiled, args.compiled_dir)
+    except RuntimeError as exc:
+        print(f"specgate serve --compiled require: {exc}", file=sys.stderr)
+        return 1
+
+    import structlog
+
     from gateway.logs import configure_logging
     from gateway.settings import Settings
 
@@ -42,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     if args.workers != 1 and args.worker_of is None:
         return supervise(args, settings)
     configure_logging(settings.log_level)
+    structlog.get_logger("specgate.serve").info("compiled" if compiled.compiled else "not_compiled",
+                                                modules=len(compiled.modules), why=compiled.why)
     app = _app(settings)
     if app is None:
         return 1
