@@ -1,37 +1,34 @@
-"""What the gateway adds: the same load straight to a fast fake backend, through
-nginx, and through specgate, interleaved in one run.
+"""What the gateway adds: the same load straight to a fast fake backend, through nginx, and through specgate,
+interleaved in one run.
 
-Three modes: `wrk` (non-streamed, driven by wrk), `json` (non-streamed) and
-`stream` (16 SSE chunks), both driven by an aiohttp client. Each round runs every target once per concurrency level, so
-machine noise hits all three alike; the reported numbers are medians over
-rounds. Needs Debian's nginx and wrk.
+Three modes: `wrk` (non-streamed, driven by wrk), `json` (non-streamed) and `stream` (16 SSE chunks), both
+driven by an aiohttp client. Each round runs every target once per concurrency level, so machine noise hits
+all three alike; the reported numbers are medians over rounds. Needs Debian's nginx and wrk.
 
     python bench/overhead.py --concurrency 1,32,128 --duration 5 --rounds 3
 
-`--baseline REF` adds a fourth target: the gateway as of git commit REF
-(exported to a temporary folder), interleaved with the others, so a change's
-cost is measured against the code before it under the same noise.
+`--baseline REF` adds a fourth target: the gateway as of git commit REF (exported to a temporary folder),
+interleaved with the others, so a change's cost is measured against the code before it under the same noise.
 
-Every row also says how much CPU the target's own processes (the gateway and
-its workers, nginx's master and worker, the backend for `direct`) spent per
-request served in that window: user + system time from /proc/PID/stat, over
-the requests the load generator completed.
+Every row also says how much CPU the target's own processes (the gateway and its workers, nginx's master and
+worker, the backend for `direct`) spent per request served in that window: user + system time from
+/proc/PID/stat, over the requests the load generator completed.
 
-`--state-url URL` (or `--start-redis`, which starts a redis-server of its own)
-adds `gateway+state`: the same gateway with SPECGATE_STATE_URL set, so what
-sharing state costs the request path is measured against `gateway` in the same
-rounds. `--workers N[,M...]` adds `gateway+state xN` for each count over 1:
-`specgate serve --workers N` on that store, the series of how throughput
-grows with processes.
+`--state-url URL` (or `--start-redis`, which starts a redis-server of its own) adds `gateway+state`: the same
+gateway with SPECGATE_STATE_URL set, so what sharing state costs the request path is measured against
+`gateway` in the same rounds. `--workers N[,M...]` adds `gateway+state xN` for each count over 1: `specgate
+serve --workers N` on that store, the series of how throughput grows with processes.
 
     python bench/overhead.py --modes wrk --concurrency 1,32 --start-redis --workers 2,4
 
-`--granian` adds `gateway (granian)`: the same app served by granian
-(`pip install granian`; bench/granian_app.py), one worker, uvloop.
+`--compiled` runs every gateway target with its decision compiled (`specgate compile`; `serve --compiled
+require`) and adds `gateway (sources)` beside them; without it they run the sources (`--compiled off`).
 
-`--tracing` adds `gateway+tracing`: the same gateway exporting a span per
-request (OTEL_EXPORTER_OTLP_ENDPOINT) to an OTLP receiver of its own
-(bench/otlp_sink.py), so what tracing costs is measured against `gateway`.
+`--granian` adds `gateway (granian)`: the same app served by granian (`pip install granian`;
+bench/granian_app.py), one worker, uvloop.
+
+`--tracing` adds `gateway+tracing`: the same gateway exporting a span per request (OTEL_EXPORTER_OTLP_ENDPOINT)
+to an OTLP receiver of its own (bench/otlp_sink.py), so what tracing costs is measured against `gateway`.
 """
 
 from __future__ import annotations
@@ -212,6 +209,8 @@ def parse_args() -> argparse.Namespace:
                              "(needs one of the two above)")
     parser.add_argument("--tracing", action="store_true",
                         help="also run the gateway with OpenTelemetry traces exported to a local receiver")
+    parser.add_argument("--compiled", action="store_true", help="run the gateways with the decision compiled "
+                        "(`specgate compile`), and the sources beside them as `gateway (sources)`")
     parser.add_argument("--granian", action="store_true", help="also serve the app with granian (pip install granian)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "overhead.json")
     args = parser.parse_args()
@@ -281,11 +280,11 @@ def start_targets(args: argparse.Namespace, tmp: Path,
         procs.append(start(cmd, tmp / log, **kwargs))
         return port, listeners, procs[-1].pid
 
-    def serve(log: str, *extra: str, workers: int = 1, **more_env: str) -> tuple[int, int, int]:
-        port = free_port()
-        return launch(port, workers, [sys.executable, "-m", "specgate.cli", "serve", "--policy",
-                                      str(tmp / "policy.yaml"), "--port", str(port), *extra], log,
-                      env={**env, **more_env})
+    def serve(log: str, *extra: str, workers: int = 1, compiled: bool = args.compiled,
+              **more_env: str) -> tuple[int, int, int]:
+        port, policy, mode = free_port(), str(tmp / "policy.yaml"), "require" if compiled else "off"
+        return launch(port, workers, [sys.executable, "-m", "specgate.cli", "serve", "--policy", policy, "--port",
+                                      str(port), "--compiled", mode, *extra], log, env={**env, **more_env})
 
     targets = {
         "direct": launch(upstream, 1, [sys.executable, str(ROOT / "bench" / "fast_upstream.py"), "--port",
@@ -293,6 +292,7 @@ def start_targets(args: argparse.Namespace, tmp: Path,
         "nginx": launch(nginx_port, 1, [shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(tmp / "nginx.conf")],
                         "nginx.log"),
         "gateway": serve("gateway.log"),
+        **({"gateway (sources)": serve("gateway-sources.log", compiled=False)} if args.compiled else {}),
     }
     if args.baseline:
         tree = export_tree(args.baseline, tmp / "baseline")

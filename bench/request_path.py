@@ -18,6 +18,7 @@ uvicorn; `--loops asyncio,uvloop` runs it on each event loop, side by side.
 
     python bench/request_path.py [--requests 4000] [--rounds 5] [--concurrency 1,32] [--baseline REF]
     python bench/request_path.py --modes stream --profile   # and where the time went, by self time
+    python bench/request_path.py --compiled   # and the app with its decision compiled (`specgate compile`)
 """
 
 from __future__ import annotations
@@ -161,10 +162,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--loops", type=_loops, default=[served], metavar="LOOP[,LOOP]",
                         help="the event loops to run the app on, each a target: uvloop and/or asyncio "
                              f"(default: {served}, the one `specgate serve` runs on here)")
+    parser.add_argument("--compiled", action="store_true", help="also measure the app with its decision compiled "
+                        "(`specgate compile`: the build in build/compiled must match the sources)")
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of each target's rounds")
     parser.add_argument("--top", type=int, default=40, help="rows of the profile (default 40)")
     parser.add_argument("--policy", type=Path, help=argparse.SUPPRESS)  # a baseline's, from the parent
     parser.add_argument("--lockstep", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--use-compiled", action="store_true", help=argparse.SUPPRESS)  # a target's, from the parent
     return parser.parse_args(argv)
 
 
@@ -205,6 +209,9 @@ def export_tree(ref: str, into: Path) -> Path:
 def main() -> None:
     args = parse_args()
     if args.policy is not None:  # a target of the parent's, one JSON line per round
+        if args.use_compiled:
+            from specgate.compiled import use_compiled
+            use_compiled("require")
         with runner(args.loops[0]) as run:
             run.run(run_rounds(args.policy, args, sys.stdout))
         return
@@ -220,7 +227,7 @@ def main() -> None:
         wait_port(port)
         policy = tmp / "policy.yaml"
         policy.write_text(bench_policy(port))
-        trees = {"gateway": ROOT}
+        trees = {"gateway": ROOT, **({"gateway (compiled)": ROOT} if args.compiled else {})}
         if args.baseline:
             trees["baseline"] = export_tree(args.baseline, tmp / "baseline")
         passed = [f"--requests={args.requests}", f"--rounds={args.rounds}", f"--modes={args.modes}",
@@ -229,7 +236,7 @@ def main() -> None:
         for (name, tree), loop in itertools.product(trees.items(), args.loops):
             targets[name if len(args.loops) == 1 else f"{name} ({loop})"] = subprocess.Popen(
                 [sys.executable, str(HERE / "request_path.py"), *passed, f"--policy={policy}", "--lockstep",
-                 f"--loops={loop}"],
+                 f"--loops={loop}", *(["--use-compiled"] if name == "gateway (compiled)" else [])],
                 cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, preexec_fn=pin(-1))
         rows = interleave(targets, args)
