@@ -11,8 +11,9 @@ them:
   with a manifest: the modules, and a fingerprint of the whole gateway's
   sources and the Python and platform that built it.
 - `specgate serve` (`--compiled auto`, the default) loads that build when the
-  fingerprint still matches, through an import finder placed before the
-  others, and the pure-Python sources otherwise, saying which and why.
+  fingerprint still matches and its modules load, through an import finder
+  placed before the others, and the pure-Python sources otherwise, saying
+  which and why.
   Any edit anywhere in gateway/ makes the build stale: mypyc compiles
   calls between the modules it compiles into direct calls, and may copy
   constants from the modules they import, so a build is whole or not used.
@@ -123,26 +124,43 @@ def read_build(build: Path, root: Path) -> tuple[dict[str, Path], str]:
     return files, ""
 
 
-def use_compiled(mode: str = "auto", build: Path | None = None) -> Loaded:
-    """Place the finder of a fresh build before the others (mode `auto` or `require`), unless a
-    module it would serve is already imported. Raises RuntimeError in `require` mode without one."""
+def use_compiled(mode: str = "auto", build: Path | None = None, root: Path | None = None) -> Loaded:
+    """Place the finder of a fresh build before the others and import its modules (mode `auto` or
+    `require`), unless a module it would serve is already imported or one does not load. Raises
+    RuntimeError in `require` mode without a build that loads."""
     if mode not in MODES:
         raise ValueError(f"compiled mode must be one of {', '.join(MODES)}, not '{mode}'")
     if mode == "off":
         return Loaded((), "compiled build not used (--compiled off)")
-    root = source_root()
+    root = root or source_root()
     files, why = read_build(build or default_build_dir(root), root)
     if files:
         early = sorted(name for name in files if name in sys.modules)
         if early:
             files, why = {}, f"{early[0]} was imported before the compiled build could be used"
-    if not files:
+    modules = tuple(sorted(name for name in files if name.startswith(PACKAGE + ".")))
+    if files:
+        why = _load(CompiledFinder(files), modules)
+    if why:
         if mode == "require":
             raise RuntimeError(why)
         return Loaded((), why)
-    sys.meta_path.insert(0, CompiledFinder(files))
-    modules = tuple(sorted(name for name in files if name.startswith(PACKAGE + ".")))
     return Loaded(modules, f"{len(modules)} modules compiled with mypyc")
+
+
+def _load(finder: CompiledFinder, modules: Sequence[str]) -> str:
+    """Import `modules` through `finder`, placed first; '' when they loaded, else why not, with the
+    finder and whatever it loaded gone again (a truncated or foreign extension fails here, not mid-serve)."""
+    sys.meta_path.insert(0, finder)
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    except Exception as exc:  # ImportError, or whatever a broken extension's initialisation raises
+        sys.meta_path.remove(finder)
+        for name in finder.files:
+            sys.modules.pop(name, None)
+        return f"the compiled build did not load ({exc.__class__.__name__}: {exc}): rebuild it"
+    return ""
 
 
 def build_compiled(build: Path | None = None, root: Path | None = None, verbose: bool = False) -> list[str]:

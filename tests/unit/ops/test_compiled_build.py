@@ -101,3 +101,16 @@ def test_a_manifest_naming_a_file_outside_its_build_is_not_used(tmp_path):
     (build / MANIFEST).write_text(json.dumps(manifest))
     files, why = read_build(build, tmp_path)
     assert files == {} and "outside" in why
+
+
+def test_a_build_that_does_not_load_is_dropped_whole(tmp_path):
+    """A fresh manifest over a broken extension (here an empty file): auto runs the sources,
+    with the finder gone and nothing of the build left imported; require refuses."""
+    build = _tree(tmp_path)
+    before = list(sys.meta_path)
+    loaded = use_compiled("auto", build, tmp_path)
+    assert not loaded.compiled and "did not load" in loaded.why
+    assert sys.meta_path == before and "gateway.decide.rule" not in sys.modules
+    with pytest.raises(RuntimeError, match="did not load"):
+        use_compiled("require", build, tmp_path)
+    assert sys.meta_path == before
