@@ -20,7 +20,7 @@ them:
   `--compiled require` refuses to start without a fresh build; `off` never
   loads one.
 
-The tests run the pure-Python sources; tests/slow/test_compiled.py builds the
+The tests run the pure-Python sources; tests/integration/test_compiled.py builds the
 extension and checks that it decides exactly as the sources do.
 """
 
