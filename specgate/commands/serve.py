@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specgate.compiled import MODES, use_compiled  # the standard library only: light for the parser
 from specgate.workers import serve_worker, supervise, uvicorn_options
 
 WORKERS_HELP = (
@@ -27,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help="port to listen on (default: $SPECGATE_PORT or 8080)")
     parser.add_argument("--log-level", help="debug, info, warning or error (default: info)")
     parser.add_argument("--workers", type=int, default=1, metavar="N", help=WORKERS_HELP)
-    parser.add_argument("--compiled", choices=("auto", "require", "off"), default="auto",
+    parser.add_argument("--compiled", choices=MODES, default="auto",
                         help="the routing decision compiled with mypyc (`specgate compile`): auto uses the "
                         "build while it matches the sources and says why not otherwise; require refuses to "
                         "start without one; off runs the sources (default: auto)")
@@ -38,8 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specgate.compiled import use_compiled
-
     try:  # first: the finder must come before any module of the decision is imported
         compiled = use_compiled(args.compiled, args.compiled_dir)
     except RuntimeError as exc:
