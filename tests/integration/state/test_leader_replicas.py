@@ -30,6 +30,10 @@ __all__ = ["fakes"]  # the fixture
 
 AUTH = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 # Trips after two bad checks; min_hold_s keeps any guard from recovering during the test.
+# The lease outlives every wait of the test: leadership never drifts on a loaded host (a renewal
+# late by over a TTL would hand it to a follower), and the hand-over below can only come from the
+# clean stop releasing the lease, never from its expiry.
+LEASE_TTL_S = 120.0
 GUARD = {"source": "scrape", "interval_s": 0.5, "window": "3s",
          "speculative": {"trip_after": 2, "recover_after": 2, "min_hold_s": 30, "min_draft_tokens": 30,
                          "probe_fraction": 0.3}}
@@ -38,7 +42,7 @@ GUARD = {"source": "scrape", "interval_s": 0.5, "window": "3s",
 class Replica:
     def __init__(self, policy: Path, state_url: str) -> None:
         settings = Settings(policy=policy, admin_token=ADMIN_TOKEN, state_url=state_url,
-                            guard_lease_ttl_s=1.0, guard_lease_renew_s=0.25)
+                            guard_lease_ttl_s=LEASE_TTL_S, guard_lease_renew_s=0.25)
         self.server = BackgroundServer(create_app(settings), lifespan="on").start()
         self.admin = httpx.Client(base_url=self.server.url, headers=AUTH, timeout=10)
 
