@@ -29,6 +29,7 @@ from gateway.decide.traffic import ClassLatency
 from gateway.edge.auth import ClientKeys, Grant
 from gateway.edge.body import read_body
 from gateway.edge.load_view import DecisionLoad
+from gateway.edge.preferred import PreferredPools
 from gateway.edge.priority import request_priority
 from gateway.edge.tracing import span_of, trace_decision
 from gateway.errors import Forbidden, InvalidRequest, NoHealthyBackend, NotFound
@@ -70,7 +71,7 @@ class ProxyEndpoints:
         self.capture = capture  # offered each chat/completions request after routing
         self.class_latency = class_latency
         self.latency = latency  # read by `route: fastest`; None: its priors
-        self.preferred: dict[tuple[str, str], str] = {}  # (rule, class) -> the pool best by the mean
+        self.preferred = PreferredPools()  # each class's best pool by the mean, and its log line
         self.log = structlog.get_logger("specgate.routing")
         self.keys = keys or ClientKeys({})
         self.runtime = runtime
@@ -234,19 +235,13 @@ class ProxyEndpoints:
         return self.keys.authenticate(request.headers.get("authorization"), request.headers.get("x-api-key"))
 
     def _count(self, decision: Decision, api: str) -> None:
-        """The decision's metrics, and a log line when a class's preferred pool changes."""
+        """The decision's metrics, and its class's preferred pool (a log line when that changes)."""
         self._decisions(decision.pool, decision.rule, "true" if decision.explored else "false", api).inc()
         found = decision.fastest
         if found is None:
             return
         self._predicted(found.pool).observe(found.chosen.predicted.e2e_s)
-        before = self.preferred.get((decision.rule, found.traffic))
-        if before != found.best:
-            self.preferred[(decision.rule, found.traffic)] = found.best
-            if before is not None:
-                self.log.info("preferred_pool_changed", rule=decision.rule, traffic_class=found.traffic,
-                              before=before, after=found.best,
-                              predicted_e2e={e.pool: round(e.predicted.e2e_s, 4) for e in found.estimates})
+        self.preferred.note(decision.rule, found)
 
     def _chain(self, name: str, grant: Grant | None = None, order: Sequence[str] = ()) -> tuple[list[Upstream], bool]:
         """`order`, else `name` and its fallback chain: the pools in the order they are
