@@ -137,8 +137,10 @@ class Workers:
 def serve_worker(app: Any, settings: Any, parent_fd: int) -> int:
     """Serve `app` on the shared port until SIGTERM, SIGINT or the parent's exit."""
     import uvicorn
+
+    from specgate.server import GatewayServer
     threading.Thread(target=_stop_with_parent, args=(parent_fd,), daemon=True).start()
-    server = uvicorn.Server(uvicorn.Config(app, **uvicorn_options(settings)))
+    server = GatewayServer(uvicorn.Config(app, **uvicorn_options(settings)))
     with shared_socket(settings.host, settings.port) as sock:
         server.run(sockets=[sock])
     return 0 if server.started else 3

@@ -65,8 +65,14 @@ def run(args: argparse.Namespace) -> int:
     if args.worker_of is not None:
         return serve_worker(app, settings, args.worker_of)
     import uvicorn
-    uvicorn.run(app, **uvicorn_options(settings))
-    return 0
+
+    from specgate.server import GatewayServer
+    server = GatewayServer(uvicorn.Config(app, **uvicorn_options(settings)))
+    try:
+        server.run()
+    except KeyboardInterrupt:  # uvicorn raises the SIGINT that stopped it again once drained
+        pass
+    return 0 if server.started else 3  # 3: uvicorn's exit status for a failed start
 
 
 def _app(settings: Any) -> Any:
