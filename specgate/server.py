@@ -10,6 +10,13 @@ generations while it is in flight and are promoted to the old one; every
 request in flight then waited for it, which was the gateway's p99 at 32
 connections. Frozen, a full collection walks only what was made since.
 
+The young generation's threshold is raised too, from 700 to 10,000 (net
+new container objects between passes). At 700 it ran about 220 passes a
+second under load, each walking the in-flight requests' objects only to find
+them alive (2.5% of the process's time); a request leaves next to no
+reference cycles behind, so at 10,000 there was no pass at all in 30,000
+requests, and the garbage a pass would find is bounded by the threshold.
+
 What is frozen is still freed when nothing refers to it; only a reference
 cycle among frozen objects is never collected. The start's objects live as
 long as the process, but for the first policy once a reload replaces it: its
@@ -24,6 +31,8 @@ import socket
 
 import uvicorn
 
+YOUNG_THRESHOLD = 10_000  # net new container objects between young passes (CPython's default: 700)
+
 
 class GatewayServer(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -31,3 +40,4 @@ class GatewayServer(uvicorn.Server):
         if self.started:  # not after a failed start: the server is about to exit
             gc.collect()  # what the start left as garbage is not kept
             gc.freeze()
+            gc.set_threshold(YOUNG_THRESHOLD, *gc.get_threshold()[1:])

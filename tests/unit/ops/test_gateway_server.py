@@ -1,6 +1,7 @@
 """The server `specgate serve` runs: what the app made to start is frozen out
-of the cyclic collector's walks once it has started, and nothing is frozen
-after a failed start. In a process of its own: a freeze is the whole process's."""
+of the cyclic collector's walks once it has started, and the young
+generation's threshold raised; neither after a failed start. In a process of
+its own: a freeze and the thresholds are the whole process's."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ async def main():
     while not (server.started or serving.done()):
         await asyncio.sleep(0.01)
     seen["serving"] = gc.get_freeze_count()
+    seen["threshold"] = gc.get_threshold()
     table = seen["kept"][0]
     seen["tables_frozen"] = not any(o is table for g in (0, 1, 2) for o in gc.get_objects(generation=g))
     server.should_exit = True
@@ -42,7 +44,7 @@ async def main():
 try:
     asyncio.run(main())
 except SystemExit as exc:  # uvicorn's own exit on a failed start, raised out of the loop
-    print(json.dumps({"exit": exc.code, "frozen": gc.get_freeze_count()}))
+    print(json.dumps({"exit": exc.code, "frozen": gc.get_freeze_count(), "threshold": gc.get_threshold()}))
 """
 
 
@@ -58,7 +60,8 @@ def test_what_the_start_made_is_frozen_once_serving():
     assert seen["at_startup"] == 0
     assert seen["serving"] >= 5000  # the start's objects, the app's tables among them
     assert seen["tables_frozen"] is True
+    assert seen["threshold"] == [10_000, 10, 10]  # the young generation's raised; the older two CPython's
 
 
 def test_nothing_is_frozen_after_a_failed_start():
-    assert serve("failed") == {"exit": 3, "frozen": 0}
+    assert serve("failed") == {"exit": 3, "frozen": 0, "threshold": [700, 10, 10]}
