@@ -14,7 +14,8 @@ round of this spreads far less than a round of bench/overhead.py, so a change to
 the request path shows here first. `--baseline REF` runs the same measure on the
 app as of git commit REF (exported to a temporary folder), interleaved round by
 round. The app runs on uvloop where it is installed, as `specgate serve` does under
-uvicorn; `--loops asyncio,uvloop` runs it on each event loop, side by side.
+uvicorn; `--loops asyncio,uvloop` runs it on each event loop, side by side. Once
+started, the collector is tuned as `specgate serve` tunes it (specgate/server.py).
 
     python bench/request_path.py [--requests 4000] [--rounds 5] [--concurrency 1,32] [--baseline REF]
     python bench/request_path.py --modes stream --profile   # and where the time went, by self time
@@ -131,6 +132,12 @@ async def run_rounds(policy: Path, args: argparse.Namespace, out: Any) -> None:
     configure_logging("info")  # the parent sends this process's stderr to /dev/null
     app = create_app(Settings(policy=policy))
     async with app.router.lifespan_context(app):
+        try:  # the collector as `specgate serve` leaves it once started
+            from specgate.server import tune_collector
+        except ImportError:  # a baseline from before serve tuned it: as that serve ran
+            pass
+        else:
+            tune_collector()
         for mode in args.modes.split(","):
             for concurrency in args.concurrency:
                 await measure(app, mode == "stream", concurrency, min(args.requests, 500))  # warm

@@ -34,10 +34,15 @@ import uvicorn
 YOUNG_THRESHOLD = 10_000  # net new container objects between young passes (CPython's default: 700)
 
 
+def tune_collector() -> None:
+    """Once the app has started: the start's garbage collected, what is left frozen, the young threshold raised."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+
+
 class GatewayServer(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
         if self.started:  # not after a failed start: the server is about to exit
-            gc.collect()  # what the start left as garbage is not kept
-            gc.freeze()
-            gc.set_threshold(YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+            tune_collector()
