@@ -20,6 +20,14 @@ started, the collector is tuned as `specgate serve` tunes it (specgate/server.py
     python bench/request_path.py [--requests 4000] [--rounds 5] [--concurrency 1,32] [--baseline REF]
     python bench/request_path.py --modes stream --profile   # and where the time went, by self time
     python bench/request_path.py --compiled   # and the app with its decision compiled (`specgate compile`)
+    python bench/request_path.py --instructions --modes json --rounds 2 --requests 500
+
+`--instructions` counts instructions instead of timing: each target runs under valgrind's callgrind
+with its instrumentation on only while a round's requests run, and a row gives thousands of
+instructions per request. A count does not move with the host's load, so two codes differ by what
+they do, not by what else ran: a change of a percent shows, where CPU time spreads by ten. It is
+about 50 times slower, so a few hundred requests a round do; streams vary by a few percent with
+how the backend's events arrive in reads, a non-streamed request by a fraction of one.
 """
 
 from __future__ import annotations
@@ -104,8 +112,36 @@ async def call(app: Any, body: bytes) -> int:
     return status
 
 
-async def measure(app: Any, stream: bool, concurrency: int, requests: int) -> tuple[float, int]:
-    """CPU µs per request of this thread over `requests` requests, and how many failed."""
+class Instructions:
+    """This process's instructions, counted by callgrind while `on` (the process runs
+    under `valgrind --tool=callgrind --instr-atstart=no`; callgrind_control switches it)."""
+
+    def __init__(self, out: Path) -> None:
+        self.pid = str(os.getpid())
+        self.out = out  # the --callgrind-out-file the parent gave, with %p as this pid
+        self.dumps = 0
+
+    def _control(self, *args: str) -> None:
+        subprocess.run(["callgrind_control", *args, self.pid], check=True, capture_output=True)
+
+    def on(self) -> None:
+        self._control("--zero")
+        self._control("--instr=on")
+
+    def off(self) -> int:
+        """The instructions since `on`."""
+        self._control("--instr=off")
+        self._control("--dump")
+        self.dumps += 1
+        dump = Path(str(self.out).replace("%p", self.pid) + f".{self.dumps}")
+        totals = next(line for line in dump.read_text().splitlines() if line.startswith("totals:"))
+        return int(totals.split()[1])
+
+
+async def measure(app: Any, stream: bool, concurrency: int, requests: int,
+                  counter: Instructions | None = None) -> tuple[float, int]:
+    """CPU µs per request of this thread over `requests` requests (with `counter`: thousands
+    of instructions per request, counted by callgrind), and how many failed."""
     body = json.dumps({**BODY, "stream": stream}).encode()
     left = requests
     failed = 0
@@ -117,6 +153,10 @@ async def measure(app: Any, stream: bool, concurrency: int, requests: int) -> tu
             if await call(app, body) != 200:
                 failed += 1
 
+    if counter is not None:
+        counter.on()
+        await asyncio.gather(*(caller() for _ in range(concurrency)))
+        return counter.off() / 1000 / requests, failed
     start = time.thread_time()
     await asyncio.gather(*(caller() for _ in range(concurrency)))
     return 1e6 * (time.thread_time() - start) / requests, failed
@@ -142,6 +182,7 @@ async def run_rounds(policy: Path, args: argparse.Namespace, out: Any) -> None:
             for concurrency in args.concurrency:
                 await measure(app, mode == "stream", concurrency, min(args.requests, 500))  # warm
         profile = cProfile.Profile() if args.profile else None
+        counter = Instructions(args.callgrind_out) if args.callgrind_out is not None else None
         for _ in range(args.rounds):
             for mode in args.modes.split(","):
                 for concurrency in args.concurrency:
@@ -149,10 +190,10 @@ async def run_rounds(policy: Path, args: argparse.Namespace, out: Any) -> None:
                         sys.stdin.readline()
                     if profile is not None:
                         profile.enable()
-                    cpu_us, failed = await measure(app, mode == "stream", concurrency, args.requests)
+                    cost, failed = await measure(app, mode == "stream", concurrency, args.requests, counter)
                     if profile is not None:
                         profile.disable()
-                    print(json.dumps({"mode": mode, "concurrency": concurrency, "cpu_us": cpu_us,
+                    print(json.dumps({"mode": mode, "concurrency": concurrency, "per_request": cost,
                                       "failed": failed}), file=out, flush=True)
         if profile is not None:
             pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(args.top)
@@ -172,10 +213,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compiled", action="store_true", help="also measure the app with its decision compiled "
                         "(`specgate compile`: the build in build/compiled must match the sources)")
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of each target's rounds")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count thousands of instructions per request under valgrind's callgrind instead "
+                             "of timing (Debian's valgrind; about 50x slower: use a few hundred requests)")
     parser.add_argument("--top", type=int, default=40, help="rows of the profile (default 40)")
     parser.add_argument("--policy", type=Path, help=argparse.SUPPRESS)  # a baseline's, from the parent
     parser.add_argument("--lockstep", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--use-compiled", action="store_true", help=argparse.SUPPRESS)  # a target's, from the parent
+    parser.add_argument("--callgrind-out", type=Path, help=argparse.SUPPRESS)  # a target's under callgrind
     return parser.parse_args(argv)
 
 
@@ -222,6 +267,10 @@ def main() -> None:
         with runner(args.loops[0]) as run:
             run.run(run_rounds(args.policy, args, sys.stdout))
         return
+    if args.instructions and not (shutil.which("valgrind") and shutil.which("callgrind_control")):
+        sys.exit("--instructions needs valgrind and callgrind_control: apt-get install -y valgrind")
+    if args.instructions and args.profile:
+        sys.exit("--instructions and --profile measure different things: ask for one of them")
     sys.path.insert(0, str(HERE))
     from overhead import bench_policy, free_port, wait_port
 
@@ -240,10 +289,14 @@ def main() -> None:
         passed = [f"--requests={args.requests}", f"--rounds={args.rounds}", f"--modes={args.modes}",
                   "--concurrency=" + ",".join(map(str, args.concurrency)), f"--top={args.top}",
                   *(["--profile"] if args.profile else [])]
-        for (name, tree), loop in itertools.product(trees.items(), args.loops):
+        for index, ((name, tree), loop) in enumerate(itertools.product(trees.items(), args.loops)):
+            out = tmp / f"callgrind-{index}.%p"
+            under = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+                     "--log-file=" + str(tmp / f"valgrind-{index}.log")] if args.instructions else []
             targets[name if len(args.loops) == 1 else f"{name} ({loop})"] = subprocess.Popen(
-                [sys.executable, str(HERE / "request_path.py"), *passed, f"--policy={policy}", "--lockstep",
-                 f"--loops={loop}", *(["--use-compiled"] if name == "gateway (compiled)" else [])],
+                [*under, sys.executable, str(HERE / "request_path.py"), *passed, f"--policy={policy}", "--lockstep",
+                 f"--loops={loop}", *(["--use-compiled"] if name == "gateway (compiled)" else []),
+                 *([f"--callgrind-out={out}"] if args.instructions else [])],
                 cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, preexec_fn=pin(-1))
         rows = interleave(targets, args)
@@ -255,7 +308,7 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
-    print(table(rows, list(targets)))
+    print(table(rows, list(targets), "k instructions/req" if args.instructions else "µs/req"))
 
 
 def interleave(targets: dict[str, subprocess.Popen], args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -274,14 +327,14 @@ def interleave(targets: dict[str, subprocess.Popen], args: argparse.Namespace) -
     return rows
 
 
-def table(rows: list[dict[str, Any]], targets: list[str]) -> str:
-    lines = ["| mode | concurrency | " + " | ".join(f"{t} µs/req (rounds)" for t in targets)
+def table(rows: list[dict[str, Any]], targets: list[str], unit: str = "µs/req") -> str:
+    lines = ["| mode | concurrency | " + " | ".join(f"{t} {unit} (rounds)" for t in targets)
              + " | " + " | ".join(f"{t} median" for t in targets) + " | failed |",
              "|---|---|" + "---|" * (2 * len(targets) + 1)]
     keys = dict.fromkeys((row["mode"], row["concurrency"]) for row in rows)
     for mode, concurrency in keys:
-        mine = {t: [r["cpu_us"] for r in rows if (r["mode"], r["concurrency"], r["target"]) == (mode, concurrency, t)]
-                for t in targets}
+        mine = {t: [r["per_request"] for r in rows
+                    if (r["mode"], r["concurrency"], r["target"]) == (mode, concurrency, t)] for t in targets}
         failed = sum(r["failed"] for r in rows if (r["mode"], r["concurrency"]) == (mode, concurrency))
         lines.append(f"| {mode} | {concurrency} | "
                      + " | ".join(", ".join(f"{v:.0f}" for v in mine[t]) for t in targets) + " | "

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -52,3 +54,22 @@ def test_a_loop_named_twice_is_one_target() -> None:
     header = header_of(bench("--requests", "10", "--rounds", "1", "--modes", "json", "--concurrency", "1",
                              "--loops", "asyncio,asyncio"))
     assert header.count("gateway") == 2 and "(asyncio)" not in header, header  # rounds and median of one target
+
+
+@pytest.mark.slow  # under valgrind: tens of seconds
+def test_instructions_are_counted_per_request_under_callgrind() -> None:
+    run = bench("--instructions", "--requests", "20", "--rounds", "2", "--modes", "json", "--concurrency", "2")
+    header = header_of(run)
+    assert "gateway k instructions/req (rounds)" in header, run.stdout
+    row = next(line for line in run.stdout.splitlines() if line.startswith("| json |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    counts = [float(v) for v in cells[2].split(",")]
+    # a request through the app is hundreds of thousands of instructions; the counts of two rounds of
+    # the same code are close (a timed round on a busy host is not)
+    assert len(counts) == 2 and all(c > 100 for c in counts), row
+    assert max(counts) / min(counts) < 1.5 and cells[4] == "0", row
+
+
+def test_instructions_and_a_profile_are_not_asked_together() -> None:
+    run = bench("--instructions", "--profile", timeout=60)
+    assert run.returncode == 1 and "ask for one of them" in run.stderr, run.stderr
