@@ -6,6 +6,7 @@ import io
 import json
 import re
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -58,6 +59,34 @@ def test_a_value_json_lacks_is_written_as_its_repr_and_a_line_never_breaks() -> 
     logger(out).info("odd", what=object, text="two\nlines", big=10**30)
     [line] = lines(out)
     assert line["what"] == repr(object) and line["text"] == "two\nlines" and line["big"] == 10**30
+
+
+def test_what_the_fast_encoder_cannot_write_the_standard_one_writes() -> None:
+    out = io.StringIO()
+    log = logger(out)
+    log.info("keys", counts={1: "one"}, big=-(2**70))
+    log.info("surrogate", text="half \ud800 a pair")
+    first, second = lines(out)
+    assert first["counts"] == {"1": "one"} and first["big"] == -(2**70)
+    assert second["text"] == "half \ud800 a pair"
+
+
+def test_a_line_is_strict_json_in_utf8_and_a_dataclass_or_datetime_is_its_repr() -> None:
+    @dataclass
+    class Point:
+        x: int
+
+    out = io.StringIO()
+    moment = datetime(2026, 1, 2, tzinfo=timezone.utc)
+    logger(out).info("odd", ratio=float("nan"), pool="spéc", point=Point(1), at=moment)
+    text = out.getvalue()
+    assert "spéc" in text  # written as UTF-8, not escaped
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} is not JSON")
+
+    line = json.loads(text, parse_constant=refuse)
+    assert line["ratio"] is None and line["point"] == repr(Point(1)) and line["at"] == repr(moment)
 
 
 def test_the_clock_formats_each_second_once_and_its_microseconds_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
