@@ -4,6 +4,9 @@ The waiting queue's metrics live beside the queue (`gateway/upstream/queue_metri
 and register into this registry; the scrape source (`gateway/control/signals/scrape.py`)
 uses prometheus_client only to parse what backends export.
 
+The metrics the request path updates are loop metrics (`gateway/loop_metrics.py`:
+plain numbers, no lock, the same samples); the rest are prometheus_client's.
+
 Each app owns a `GatewayMetrics` with its own registry (no global default
 registry), so several gateways can live in one process, as tests do. Label
 values are bounded: pools, rules and endpoints come from the policy, codes
@@ -12,33 +15,32 @@ from HTTP.
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import Generic
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway.loop_metrics import C, LoopCounter, LoopGauge, LoopHistogram, LoopMetric
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
 
 
-M = TypeVar("M", Counter, Gauge, Histogram)
-
-
-class Children(Generic[M]):
-    """A labelled metric's children, each bound once. `.labels(...)` checks its
-    values and takes a lock on every call; the request path asks for the same
-    few children again and again, so it looks them up here. Label values are
+class Children(Generic[C]):
+    """A labelled loop metric's children, each bound once. `.labels(...)` checks and
+    converts its values on every call; the request path asks for the same few
+    children again and again, so it looks them up here. Label values are
     bounded (above), so this dict is too."""
 
     __slots__ = ("_bound", "metric")
-    metric: M
-    _bound: dict[tuple[str, ...], M]
+    metric: LoopMetric[C]
+    _bound: dict[tuple[str, ...], C]
 
-    def __init__(self, metric: M) -> None:
+    def __init__(self, metric: LoopMetric[C]) -> None:
         self.metric = metric
         self._bound = {}
 
-    def __call__(self, *values: str) -> M:
+    def __call__(self, *values: str) -> C:
         child = self._bound.get(values)
         if child is None:
             child = self._bound[values] = self.metric.labels(*values)
@@ -51,15 +53,15 @@ class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.requests = Counter("specgate_requests", "Requests answered, by pool, rule, status code and API "
+        self.requests = LoopCounter("specgate_requests", "Requests answered, by pool, rule, status code and API "
                                 "(chat, completions, messages, responses, passthrough)",
                                 ["pool", "rule", "code", "api"], registry=r)
-        self.duration = Histogram("specgate_request_duration_seconds", "Whole request time",
+        self.duration = LoopHistogram("specgate_request_duration_seconds", "Whole request time",
                                   ["pool"], buckets=LATENCY_BUCKETS, registry=r)
-        self.ttfb = Histogram("specgate_time_to_first_byte_seconds",
+        self.ttfb = LoopHistogram("specgate_time_to_first_byte_seconds",
                               "Time until the first response byte from the backend",
                               ["pool"], buckets=LATENCY_BUCKETS, registry=r)
-        self.in_flight = Gauge("specgate_in_flight", "Requests being served, by pool", ["pool"], registry=r)
+        self.in_flight = LoopGauge("specgate_in_flight", "Requests being served, by pool", ["pool"], registry=r)
         self.upstream_errors = Counter("specgate_upstream_errors", "Backend failures, by kind",
                                        ["pool", "kind"], registry=r)
         self.retries = Counter("specgate_retries", "Requests retried on another endpoint", ["pool"],
@@ -78,13 +80,13 @@ class GatewayMetrics:
                                   registry=r)
         self.policy_reloads = Counter("specgate_policy_reloads", "Policy reloads, by result",
                                       ["result"], registry=r)
-        self.route_decisions = Counter("specgate_route_decisions",
+        self.route_decisions = LoopCounter("specgate_route_decisions",
                                        "Routing decisions, by pool, rule, whether the choice explored, and API",
                                        ["pool", "rule", "explored", "api"], registry=r)
-        self.predicted_e2e = Histogram("specgate_predicted_e2e_seconds",
+        self.predicted_e2e = LoopHistogram("specgate_predicted_e2e_seconds",
                                        "Predicted end-to-end time of the pool a fastest route chose",
                                        ["pool"], buckets=LATENCY_BUCKETS, registry=r)
-        self.overhead = Histogram("specgate_overhead_seconds",
+        self.overhead = LoopHistogram("specgate_overhead_seconds",
                                   "Time spent in the gateway before the backend request is sent",
                                   buckets=OVERHEAD_BUCKETS, registry=r)
 
@@ -101,7 +103,7 @@ class GatewayMetrics:
                                        ["outcome"], registry=r)
         self.admission_wait = Histogram("specgate_admission_wait_seconds", "Time a held request waited",
                                         buckets=LATENCY_BUCKETS, registry=r)
-        self.acceptance = Gauge("specgate_acceptance_rate",
+        self.acceptance = LoopGauge("specgate_acceptance_rate",
                                 "Learned per-token draft acceptance, by pool and traffic class",
                                 ["pool", "class"], registry=r)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gateway.loop_metrics import LoopCounter
 from gateway.metrics import Children
 from gateway.policy.priority import tier
 
@@ -29,7 +30,7 @@ class QueueMetrics:
                                 "(served, full, timeout, cancelled, failed)", ["pool", "outcome"], registry=r)
         self.seconds = Histogram("specgate_queue_seconds", "Time a request waited for a slot, by routed pool",
                                  ["pool"], buckets=WAIT_BUCKETS, registry=r)
-        self.admitted_by_tier = Counter("specgate_priority_admitted", "Requests that got a slot, by routed pool "
+        self.admitted_by_tier = LoopCounter("specgate_priority_admitted", "Requests that got a slot, by routed pool "
                                         "and priority tier (low, normal, high)", ["pool", "tier"], registry=r)
         self.queued_by_tier = Counter("specgate_priority_queued", "Requests that waited for a slot, by routed "
                                       "pool and priority tier", ["pool", "tier"], registry=r)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
 
+from gateway.loop_metrics import LoopCounter
 from gateway.metrics import Children
 
 
 def test_a_bound_child_is_the_metrics_own_and_counts_into_its_series():
     registry = CollectorRegistry()
-    requests = Counter("requests", "help", ["pool", "code"], registry=registry)
+    requests = LoopCounter("requests", "help", ["pool", "code"], registry=registry)
     children = Children(requests)
     children("speculative", "200").inc()
     children("speculative", "200").inc()
