@@ -77,9 +77,8 @@ class HistogramChild:
         """Into the first bucket whose bound is at least `amount`, as prometheus_client places it
         (a NaN goes into none of them, and only into the sum)."""
         self.sum += amount
-        where = bisect_left(self.bounds, amount)
-        if where < len(self.counts) and amount == amount:
-            self.counts[where] += 1
+        if amount == amount:  # the last bound is +Inf: every number has a bucket
+            self.counts[bisect_left(self.bounds, amount)] += 1
 
 
 C = TypeVar("C", CounterChild, GaugeChild, HistogramChild)

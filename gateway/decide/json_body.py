@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from json.decoder import scanstring  # type: ignore[attr-defined]  # the C scanner; typeshed omits it
 from typing import Any
 
+import orjson
+
 SPAN_BYTES = 64 * 1024  # a smaller body is parsed by the decoder alone: serialising it again costs under 0.5 ms
 MAX_SPANS = 256  # top-level keys walked in Python; past them the decoder parses the body whole, without spans
 SEPARATORS = (",", ":")
@@ -65,7 +67,10 @@ def dumps_with(body: Mapping[str, Any], changes: Mapping[str, Any], spans: Spans
     copied from `spans` (the text `body` was parsed from) when given."""
     merged = {**body, **changes}
     if spans is None:
-        return json.dumps(merged, separators=SEPARATORS).encode()
+        try:  # orjson: what the standard library writes, but text outside ASCII is UTF-8, not escaped
+            return orjson.dumps(merged)
+        except TypeError:  # orjson.JSONEncodeError: an integer past 64 bits, a lone surrogate
+            return json.dumps(merged, separators=SEPARATORS).encode()
     # Joined once: each `+` on a large value would copy it again. An ASCII body's
     # characters are its bytes: its values are sliced from the bytes without a copy.
     source: memoryview | str = memoryview(spans.raw) if spans.text is None else spans.text

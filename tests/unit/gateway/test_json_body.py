@@ -93,3 +93,18 @@ def test_a_large_bad_body_is_a_400_that_says_why(raw, fragment):
     with pytest.raises(InvalidRequest) as info:
         parse_json_body(raw)
     assert fragment in info.value.message
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"model": "m", "messages": [{"role": "user", "content": "caf\\u00e9 \xe6\x9d\xb1"}], "temperature": 0.7}',
+    b'{"model": "m", "seed": 123456789012345678901234567890}',  # past 64 bits: the standard library writes it
+    b'{"model": "m", "messages": "half \\ud800 a pair"}',  # a lone surrogate: the standard library writes it
+    b'{"model": "m", "n": 1e-7, "top_p": 1e16, "nested": {"a": [true, null, -0.0]}}',
+])
+def test_a_small_body_is_sent_on_compact_and_equal_to_the_clients_but_its_change(raw):
+    parsed = parse_json(raw)
+    assert parsed.spans is None  # small: serialised again
+    sent = dumps_with(parsed.value, {"model": "pool-model"}, parsed.spans)
+    assert json.loads(sent) == {**json.loads(raw), "model": "pool-model"}
+    assert b", " not in sent and b": " not in sent
+    assert list(json.loads(sent)) == list(json.loads(raw))  # its keys in the client's order
