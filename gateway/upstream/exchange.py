@@ -176,16 +176,20 @@ class Exchange:
     priority: int = 0  # its place while pools are saturated (docs/priorities.md)
     fallback: str | None = None  # why routing already left the rule's pool (`flag`), before any try
     trace: RequestSpan = NULL_SPAN  # the request's span (docs/tracing.md)
+    # Set by __post_init__, not by defaults: a class compiled with mypyc leaves an init=False default unset.
     claim: Claim = field(init=False)
-    meter: TokenMeter | None = field(default=None, init=False)
-    tap: UsageTap | None = field(default=None, init=False)  # a streamed answer's events pass through it
-    body_tokens: int | None = field(default=None, init=False)
-    body_drafting: Drafting | None = field(default=None, init=False)
-    response_id: str | None = field(default=None, init=False)  # a whole Responses answer's id
+    meter: TokenMeter | None = field(init=False)
+    tap: UsageTap | None = field(init=False)  # a streamed answer's events pass through it
+    body_tokens: int | None = field(init=False)
+    body_drafting: Drafting | None = field(init=False)
+    response_id: str | None = field(init=False)  # a whole Responses answer's id
 
     def __post_init__(self) -> None:
         self.claim = Claim(self.recorder.lease)
         self.claim.fallback = self.fallback  # the routing's own reason comes first
+        self.meter = self.tap = self.body_drafting = None
+        self.body_tokens = None
+        self.response_id = None
 
     async def open(self) -> Opened:
         """The backend's answer, headers in, leased through the claim."""
