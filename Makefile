@@ -6,7 +6,7 @@
 #                e2e (real vLLM) and soak.
 # `make test`  - lint, types and import contracts, then every test suite (unit,
 #                integration, e2e on real vLLM, soak): what CI runs.
-# `make compile` - the routing decision compiled with mypyc into build/compiled
+# `make compile` - the request path compiled with mypyc into build/compiled
 #                (`specgate serve` uses it while it matches the sources). `make run`
 #                builds it when the sources changed, and runs the sources if it cannot.
 # All create .venv and install what they need on first use.
@@ -30,7 +30,7 @@ run: $(STAMP)
 
 compile: $(COMPILED)
 
-$(COMPILED): $(STAMP) $(shell find gateway -name '*.py')
+$(COMPILED): $(STAMP) specgate/compiled.py $(shell find gateway -name '*.py')
 	$(VENV)/bin/specgate compile
 
 # The fast loop runs its tests on CHECK_WORKERS processes (pytest-xdist).

@@ -21,8 +21,9 @@ serve --workers N` on that store, the series of how throughput grows with proces
 
     python bench/overhead.py --modes wrk --concurrency 1,32 --start-redis --workers 2,4
 
-`--compiled` runs every gateway target with its decision compiled (`specgate compile`; `serve --compiled
-require`) and adds `gateway (sources)` beside them; without it they run the sources (`--compiled off`).
+`--compiled` runs every gateway target with its request path compiled (`specgate compile`; `serve --compiled
+require`) and adds `gateway (sources)` beside them; without it they run the sources (`--compiled off`). A
+`--baseline` then runs its own build too, compiled in its tree, as that commit shipped.
 
 `--granian` adds `gateway (granian)`: the same app served by granian (`pip install granian`;
 bench/granian_app.py), one worker, uvloop.
@@ -209,7 +210,7 @@ def parse_args() -> argparse.Namespace:
                              "(needs one of the two above)")
     parser.add_argument("--tracing", action="store_true",
                         help="also run the gateway with OpenTelemetry traces exported to a local receiver")
-    parser.add_argument("--compiled", action="store_true", help="run the gateways with the decision compiled "
+    parser.add_argument("--compiled", action="store_true", help="run the gateways with the request path compiled "
                         "(`specgate compile`), and the sources beside them as `gateway (sources)`")
     parser.add_argument("--granian", action="store_true", help="also serve the app with granian (pip install granian)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "overhead.json")
@@ -298,8 +299,10 @@ def start_targets(args: argparse.Namespace, tmp: Path,
         tree = export_tree(args.baseline, tmp / "baseline")
         port = free_port()
         cli = "specgate.cli" if (tree / "specgate" / "cli.py").exists() else "gateway.cli"  # before the layout by stage
+        compiled = args.compiled and compile_baseline(tree, env)
         targets["baseline"] = launch(port, 1, [sys.executable, "-m", cli, "serve", "--policy",
-                                               str(tmp / "policy.yaml"), "--port", str(port)], "baseline.log",
+                                               str(tmp / "policy.yaml"), "--port", str(port),
+                                               *(["--compiled", "require"] if compiled else [])], "baseline.log",
                                      env={**env, "PYTHONPATH": str(tree)}, cwd=tree)
     state_url = args.state_url
     if args.start_redis:
@@ -323,6 +326,18 @@ def start_targets(args: argparse.Namespace, tmp: Path,
                            tmp / "otlp.log"))
         targets["gateway+tracing"] = serve("gateway-tracing.log", OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink}")
     return targets
+
+
+def compile_baseline(tree: Path, env: dict[str, str]) -> bool:
+    """With --compiled the baseline runs its own compiled build, as it shipped: built here in its
+    tree (`specgate compile`); False, and the baseline runs its sources, for a commit from before it."""
+    if not (tree / "specgate" / "compiled.py").exists():
+        print("the baseline has no `specgate compile`: it runs its sources", file=sys.stderr)
+        return False
+    print("compiling the baseline's build (a minute or two)...", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "specgate.cli", "compile"], cwd=tree, env={**env, "PYTHONPATH": str(tree)},
+                   check=True)
+    return True
 
 
 def exported_spans(log: Path) -> int:

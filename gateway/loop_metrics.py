@@ -23,7 +23,7 @@ import os
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
@@ -87,7 +87,7 @@ C = TypeVar("C", CounterChild, GaugeChild, HistogramChild)
 class LoopMetric(Generic[C]):
     """A metric's name, help and label names, and a child per label values."""
 
-    kind = ""
+    kind: ClassVar[str] = ""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (),
                  registry: CollectorRegistry | None = None) -> None:
@@ -99,7 +99,7 @@ class LoopMetric(Generic[C]):
         if registry is not None:
             registry.register(self)
 
-    def labels(self, *values: str) -> C:
+    def labels(self, *values: object) -> C:
         if len(values) != len(self.labelnames):
             raise ValueError(f"{self.name} takes {len(self.labelnames)} label values, not {len(values)}")
         key = tuple(str(v) for v in values)
@@ -131,7 +131,7 @@ class LoopMetric(Generic[C]):
 
 
 class LoopCounter(LoopMetric[CounterChild]):
-    kind = "counter"
+    kind: ClassVar[str] = "counter"
 
     def _child(self) -> CounterChild:
         return CounterChild()
@@ -146,7 +146,7 @@ class LoopCounter(LoopMetric[CounterChild]):
 
 
 class LoopGauge(LoopMetric[GaugeChild]):
-    kind = "gauge"
+    kind: ClassVar[str] = "gauge"
 
     def _child(self) -> GaugeChild:
         return GaugeChild()
@@ -165,7 +165,7 @@ class LoopGauge(LoopMetric[GaugeChild]):
 
 
 class LoopHistogram(LoopMetric[HistogramChild]):
-    kind = "histogram"
+    kind: ClassVar[str] = "histogram"
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (),
                  registry: CollectorRegistry | None = None, *, buckets: Sequence[float]) -> None:

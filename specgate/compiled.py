@@ -1,11 +1,14 @@
-"""The gateway's decision compiled to C with mypyc, and how `specgate serve` loads it.
+"""The gateway's request path compiled to C with mypyc, and how `specgate serve` loads it.
 
 The routing decision (gateway/decide: the features, the rules, each candidate's
-prediction from the latency model, the draw, the rooms) is pure, typed Python
-that runs on every request. mypyc compiles it, unchanged, to a C extension
-that runs it in about half the time (docs/benchmarks/gateway.md). The
-compiled build is optional and lives beside the sources, never in place of
-them:
+prediction from the latency model, the draw, the rooms) and the synchronous
+parts of the request path around it (`REQUEST_PATH`: the exchange and its
+claim, the pools and their leases, the headers forwarded, the usage plan, the
+prompt key, the edge's request, body, paths and load view, the metrics) are
+typed Python that runs on every request. mypyc compiles them, unchanged, to
+one C extension that runs them in about half the time
+(docs/benchmarks/gateway.md). The compiled build is optional and lives
+beside the sources, never in place of them:
 
 - `specgate compile` builds every module of `COMPILED` into `build/compiled/`
   with a manifest: the modules, and a fingerprint of the whole gateway's
@@ -43,6 +46,16 @@ COMPILED = "gateway/decide"  # every module of it but those of `LEFT_OUT`
 # the package itself, and the endpoints' table the command line's parser reads (`explain --endpoint`): a module
 # imported before `use_compiled` runs cannot be served compiled (tests/unit/ops/test_cli_imports.py)
 LEFT_OUT = ("__init__.py", "apis.py")
+# The request path's modules beside the decision. Not here: those with an async generator, which this
+# mypyc cannot compile, and balance.py, whose generic slotted dataclass a compiled module cannot build.
+REQUEST_PATH = (
+    "gateway/edge/body.py", "gateway/edge/load_view.py", "gateway/edge/paths.py", "gateway/edge/preferred.py",
+    "gateway/edge/priority.py", "gateway/edge/request.py", "gateway/loop_metrics.py", "gateway/metrics.py",
+    "gateway/upstream/claim.py", "gateway/upstream/exchange.py", "gateway/upstream/headers.py",
+    "gateway/upstream/pools.py", "gateway/upstream/prefix_map.py", "gateway/upstream/prompt_key.py",
+    "gateway/upstream/proxy.py", "gateway/upstream/retry.py", "gateway/upstream/runtime.py",
+    "gateway/upstream/upstream.py", "gateway/upstream/usage.py",
+)
 MANIFEST = "manifest.json"
 GROUP = "specgate_compiled"  # the shared library's name: `specgate_compiled__mypyc`
 MODES = ("auto", "require", "off")
@@ -61,8 +74,11 @@ def default_build_dir(root: Path | None = None) -> Path:
 
 
 def compiled_sources(root: Path) -> list[str]:
-    """The files mypyc compiles, relative to `root`, in a stable order."""
-    return sorted(str(p.relative_to(root)) for p in (root / COMPILED).glob("*.py") if p.name not in LEFT_OUT)
+    """The files mypyc compiles, relative to `root`, in a stable order (those of `REQUEST_PATH` that
+    the tree has: a tree from before one of them was written builds without it)."""
+    decision = [p for p in (root / COMPILED).glob("*.py") if p.name not in LEFT_OUT]
+    path = [root / name for name in REQUEST_PATH if (root / name).is_file()]
+    return sorted(str(p.relative_to(root)) for p in (*decision, *path))
 
 
 def fingerprint(root: Path) -> str:

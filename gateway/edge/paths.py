@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 import string
+from typing import ClassVar
 from urllib.parse import unquote_to_bytes
 
 from gateway.errors import InvalidRequest
@@ -104,7 +105,7 @@ class KnownTargets:
     of at most `KEPT_BYTES`: a client sending long paths cannot fill the memory with
     them); any other target is normalised each time it comes."""
 
-    KEPT_BYTES = 256
+    KEPT_BYTES: ClassVar[int] = 256  # ClassVar: compiled, a bare one would be an instance attribute
 
     def __init__(self, size: int = 256) -> None:
         self.size = size

@@ -179,12 +179,13 @@ class Forwarder:
                     raise AtCapacity(f"no slot came free on pool '{routed.name}' or its fallbacks within "
                                      f"{deadline - waited_since:.3g} s: retry later", retry_after_s=_after(limits))
                 try:
-                    opened = await self._walk(chain, outbound, claim, degraded, standing, ticket)
+                    opened: Opened | None = await self._walk(chain, outbound, claim, degraded, standing, ticket)
                 except ChainFull as again:
-                    full, woken = again, True
-                    continue
+                    full, woken, opened = again, True, None
                 finally:
                     ticket.redeem()
+                if opened is None:  # not a `continue` in the `except`: mypyc compiles that one wrongly
+                    continue
                 outcome = "served"
                 return opened
         except Evicted:

@@ -14,7 +14,7 @@ from __future__ import annotations
 # (name, module, one-line help), in the order `specgate --help` lists them
 COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("serve", "specgate.commands.serve", "run the gateway"),
-    ("compile", "specgate.commands.compile", "compile the routing decision with mypyc (serve uses it when fresh)"),
+    ("compile", "specgate.commands.compile", "compile the request path with mypyc (serve uses it when fresh)"),
     ("check", "specgate.commands.check", "validate a policy file"),
     ("explain", "specgate.commands.explain", "print the routing decision for a request"),
     ("sim", "specgate.commands.sim", "run a simulated vLLM pool (speculative or standard)"),

@@ -20,8 +20,8 @@ def run(args: argparse.Namespace) -> int:
 
     root = source_root()
     out = args.out or default_build_dir(root)
-    print(f"compiling {len(compiled_sources(root))} modules of gateway/decide with mypyc into {out} "
-          "(a minute or less)...", file=sys.stderr)
+    print(f"compiling {len(compiled_sources(root))} modules of the request path with mypyc into {out} "
+          "(a minute or two)...", file=sys.stderr)
     started = time.monotonic()
     try:
         modules = build_compiled(out, root, verbose=args.verbose)

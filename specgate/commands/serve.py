@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", help="debug, info, warning or error (default: info)")
     parser.add_argument("--workers", type=int, default=1, metavar="N", help=WORKERS_HELP)
     parser.add_argument("--compiled", choices=MODES, default="auto",
-                        help="the routing decision compiled with mypyc (`specgate compile`): auto uses the "
+                        help="the request path compiled with mypyc (`specgate compile`): auto uses the "
                         "build while it matches the sources and says why not otherwise; require refuses to "
                         "start without one; off runs the sources (default: auto)")
     parser.add_argument("--compiled-dir", type=Path, help="where `specgate compile --out` put the build "

@@ -1,7 +1,8 @@
-"""`specgate compile` builds the routing decision with mypyc, and the build decides exactly as
+"""`specgate compile` builds the request path with mypyc, and the build decides exactly as
 the sources do: the same pools, rules, chains, draws and predictions on the shipped default
 policy, for every kind of prompt, at loads from idle to past the objectives' rooms, with the
-latency model learning from answers between decisions."""
+latency model learning from answers between decisions. And the gateway's request-path tests
+pass with the build loaded: the same answers, errors, streams, metrics and log lines."""
 
 from __future__ import annotations
 
@@ -70,12 +71,18 @@ def _close(a: object, b: object) -> bool:
     return a == b
 
 
-def test_a_compiled_build_is_loaded_and_decides_as_the_sources_do(tmp_path):
-    build = tmp_path / "compiled"
+@pytest.fixture(scope="module")
+def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One build for this module's tests (it takes a minute or two)."""
+    build = tmp_path_factory.mktemp("compiled") / "build"
     done = subprocess.run([sys.executable, "-m", "specgate.cli", "compile", "--out", str(build)],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (build / "manifest.json").is_file()
+    return build
+
+
+def test_a_compiled_build_is_loaded_and_decides_as_the_sources_do(tmp_path, build):
     script = tmp_path / "decisions.py"
     script.write_text(DECISIONS)
     compiled = _decisions(script, "require", build)
@@ -85,3 +92,31 @@ def test_a_compiled_build_is_loaded_and_decides_as_the_sources_do(tmp_path):
     assert len(pools) > 1 and any(d["fastest"] and d["fastest"]["past_room"] for d in sources["decisions"])
     for i, (ours, theirs) in enumerate(zip(compiled["decisions"], sources["decisions"], strict=True)):
         assert _close(ours, theirs), (i, ours, theirs)
+
+
+REQUEST_PATH_TESTS = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    from specgate.compiled import use_compiled
+    loaded = use_compiled("require", Path(sys.argv[1]))  # before anything imports the gateway
+    print(json.dumps({"modules": loaded.modules}), flush=True)
+    import pytest
+    sys.exit(pytest.main(sys.argv[2:]))
+""")
+
+
+def test_the_request_paths_tests_pass_on_the_compiled_build(tmp_path, build):
+    """The gateway's integration tests (those that start no process of their own), run with every
+    module of the build served compiled: a compiled module checks its arguments' types and builds
+    its classes its own way, and this is where a difference would show."""
+    script = tmp_path / "request_path.py"
+    script.write_text(REQUEST_PATH_TESTS)
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(script), str(build), "-q", "-p", "no:cacheprovider", "-m", "not slow",
+                           # the build imports anyio (through Starlette) before pytest's plugins load
+                           "-W", "ignore::pytest.PytestAssertRewriteWarning", str(root / "tests/integration/gateway")],
+                          capture_output=True, text=True, timeout=1800, cwd=root)
+    assert done.returncode == 0, done.stdout[-5000:]
+    loaded = json.loads(done.stdout.splitlines()[0])["modules"]
+    assert {"gateway.upstream.exchange", "gateway.upstream.pools", "gateway.decide.routing"} <= set(loaded), loaded
+    assert " passed" in done.stdout.splitlines()[-1] and " failed" not in done.stdout.splitlines()[-1], done.stdout
