@@ -52,13 +52,10 @@ class Answer:
     def is_success(self) -> bool:
         return 200 <= self.status_code < 300
 
-    async def aiter_raw(self) -> AsyncIterator[bytes]:
-        """The body's bytes as they arrive; the answer is closed once they end (or the reader stops)."""
-        try:
-            async for chunk in self.stream:
-                yield chunk
-        finally:
-            await self.aclose()
+    def aiter_raw(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive; the answer is closed once they end or fail (a reader that
+        stops before has the claim that holds the answer close it)."""
+        return _RawChunks(self)
 
     async def aread(self) -> bytes:
         """The whole body; the answer is closed after it (or its error). Off the stream
@@ -73,3 +70,23 @@ class Answer:
         if not self._closed:
             self._closed = True
             await self.stream.aclose()
+
+
+class _RawChunks:
+    """`Answer.aiter_raw`: an iterator of its own rather than an async generator, which mypyc cannot compile."""
+
+    __slots__ = ("_answer", "_chunks")
+
+    def __init__(self, answer: Answer) -> None:
+        self._answer = answer
+        self._chunks = answer.stream.__aiter__()
+
+    def __aiter__(self) -> _RawChunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self._chunks.__anext__()
+        except BaseException:  # the end (StopAsyncIteration) or a failure: the answer is done with
+            await self._answer.aclose()
+            raise

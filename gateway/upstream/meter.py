@@ -34,18 +34,24 @@ class TokenMeter(httpx.AsyncByteStream):
         self.first = 0.0
         self.last = 0.0
         self.tail = b""  # the last chunk: may carry usage and [DONE]
+        self._chunks: AsyncIterator[bytes] = self.stream.__aiter__()
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self.stream:
-            events = chunk.count(self.mark)
-            if events:
-                now = self.clock()
-                if not self.events:
-                    self.first = now
-                self.last = now
-                self.events += events
-                self.tail = chunk
-            yield chunk
+    # An iterator of its own rather than an async generator, which mypyc cannot compile.
+    def __aiter__(self) -> TokenMeter:
+        self._chunks = self.stream.__aiter__()
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await self._chunks.__anext__()
+        events = chunk.count(self.mark)
+        if events:
+            now = self.clock()
+            if not self.events:
+                self.first = now
+            self.last = now
+            self.events += events
+            self.tail = chunk
+        return chunk
 
     async def aclose(self) -> None:
         await self.stream.aclose()

@@ -224,7 +224,7 @@ class Relay:
         try:  # the transport holds every read to the request's deadline
             first = await self._first_chunk(chunks, send)
             if first and pacer is not None:
-                async with aclosing(pacer.pace(_runs(first, chunks, events))) as runs:
+                async with aclosing(pacer.pace(_Runs(first, chunks, events))) as runs:
                     async for run in runs:
                         await self._send_events(send, run, outcome)
             elif first:
@@ -344,11 +344,21 @@ class _EventSplitter:
         return b"" if self.tap is None else self.tap.flush()
 
 
-async def _runs(first: bytes, chunks: AsyncIterator[bytes], events: _EventSplitter) -> AsyncIterator[bytes]:
-    """The stream as runs of whole events, for a pacer."""
-    yield events.feed(first)
-    async for chunk in chunks:
-        yield events.feed(chunk)
+class _Runs:
+    """The stream as runs of whole events, for a pacer: an iterator of its own rather than an
+    async generator, which mypyc cannot compile."""
+
+    def __init__(self, first: bytes, chunks: AsyncIterator[bytes], events: _EventSplitter) -> None:
+        self._first: bytes | None = first
+        self._chunks = chunks
+        self._events = events
+
+    def __aiter__(self) -> _Runs:
+        return self
+
+    async def __anext__(self) -> bytes:
+        first, self._first = self._first, None
+        return self._events.feed(first if first is not None else await anext(self._chunks))
 
 
 def _fault(exc: BaseException, before_first: bool) -> str:

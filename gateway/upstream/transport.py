@@ -39,7 +39,7 @@ the idle connections kept per origin.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httptools
@@ -254,16 +254,20 @@ class ResponseStream(httpx.AsyncByteStream):
         self._idle_timeout = read_timeout if idle_timeout is None else idle_timeout
         self._deadline = deadline
         self._done = False
+        self._timeout = read_timeout  # the next read's: the first chunk's, then the silence between chunks
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        connection = self._connection
-        timeout = self._read_timeout  # the first chunk; the silence between later ones is `idle`
-        # Once closed, the connection may carry another request's answer: never read it again.
-        while not self._done and (chunk := await connection.next_chunk(*_bounded(timeout, self._deadline))) is not None:
-            timeout = self._idle_timeout
-            yield chunk
-        if self._done:
+    # An iterator of its own rather than an async generator, which mypyc cannot compile.
+    def __aiter__(self) -> ResponseStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._done:  # once closed, the connection may carry another request's answer: never read it again
             raise httpx.StreamClosed()
+        chunk = await self._connection.next_chunk(*_bounded(self._timeout, self._deadline))
+        if chunk is None:
+            raise StopAsyncIteration
+        self._timeout = self._idle_timeout
+        return chunk
 
     async def aclose(self) -> None:
         if not self._done:
