@@ -3,8 +3,9 @@
 The routing decision (gateway/decide: the features, the rules, each candidate's
 prediction from the latency model, the draw, the rooms) and the synchronous
 parts of the request path around it (`REQUEST_PATH`: the exchange and its
-claim, the pools and their leases, the headers forwarded, the usage plan, the
-prompt key, the edge's request, body, paths and load view, the metrics) are
+claim, the pools and their leases, the proxy, the relay, the transport and
+the answers it reads, the headers forwarded, the usage plan, the prompt key,
+the edge's request, body, paths and load view, the metrics) are
 typed Python that runs on every request. mypyc compiles them, unchanged, to
 one C extension that runs them in about half the time
 (docs/benchmarks/gateway.md). The compiled build is optional and lives
