@@ -44,7 +44,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import ROOT, bench_policy, export_tree, free_port, start, wait_port  # noqa: E402 (the sibling module)
+from baseline import export_tree  # noqa: E402 (the sibling modules)
+from overhead import ROOT, bench_policy, free_port, start, wait_port  # noqa: E402 (the sibling module)
 
 SMALL = {"model": "bench", "messages": [{"role": "user", "content": "Write a haiku about rivers."}],
          "temperature": 0, "max_tokens": 64}

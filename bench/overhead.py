@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from baseline import compile_tree, export_tree  # noqa: E402 (the sibling modules)
 from proc_cpu import cpu_seconds, process_tree  # noqa: E402 (the sibling module)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,14 +187,6 @@ def start(cmd: list[str], log: Path, env: dict | None = None, cwd: Path | None =
                             start_new_session=True)
 
 
-def export_tree(ref: str, into: Path) -> Path:
-    """The project's files at commit `ref`, in a folder of their own."""
-    into.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
-
-
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", default="1,32,128")
@@ -299,7 +292,7 @@ def start_targets(args: argparse.Namespace, tmp: Path,
         tree = export_tree(args.baseline, tmp / "baseline")
         port = free_port()
         cli = "specgate.cli" if (tree / "specgate" / "cli.py").exists() else "gateway.cli"  # before the layout by stage
-        compiled = args.compiled and compile_baseline(tree, env)
+        compiled = args.compiled and compile_tree(tree, env)
         targets["baseline"] = launch(port, 1, [sys.executable, "-m", cli, "serve", "--policy",
                                                str(tmp / "policy.yaml"), "--port", str(port),
                                                *(["--compiled", "require"] if compiled else [])], "baseline.log",
@@ -326,18 +319,6 @@ def start_targets(args: argparse.Namespace, tmp: Path,
                            tmp / "otlp.log"))
         targets["gateway+tracing"] = serve("gateway-tracing.log", OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink}")
     return targets
-
-
-def compile_baseline(tree: Path, env: dict[str, str]) -> bool:
-    """With --compiled the baseline runs its own compiled build, as it shipped: built here in its
-    tree (`specgate compile`); False, and the baseline runs its sources, for a commit from before it."""
-    if not (tree / "specgate" / "compiled.py").exists():
-        print("the baseline has no `specgate compile`: it runs its sources", file=sys.stderr)
-        return False
-    print("compiling the baseline's build (a minute or two)...", file=sys.stderr)
-    subprocess.run([sys.executable, "-m", "specgate.cli", "compile"], cwd=tree, env={**env, "PYTHONPATH": str(tree)},
-                   check=True)
-    return True
 
 
 def exported_spans(log: Path) -> int:

@@ -19,7 +19,7 @@ started, the collector is tuned as `specgate serve` tunes it (specgate/server.py
 
     python bench/request_path.py [--requests 4000] [--rounds 5] [--concurrency 1,32] [--baseline REF]
     python bench/request_path.py --modes stream --profile   # and where the time went, by self time
-    python bench/request_path.py --compiled   # and the app with its decision compiled (`specgate compile`)
+    python bench/request_path.py --compiled   # and the app with its request path compiled (`specgate compile`)
     python bench/request_path.py --instructions --modes json --rounds 2 --requests 500
 
 `--instructions` counts instructions instead of timing: each target runs under valgrind's callgrind
@@ -224,8 +224,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--loops", type=_loops, default=[served], metavar="LOOP[,LOOP]",
                         help="the event loops to run the app on, each a target: uvloop and/or asyncio "
                              f"(default: {served}, the one `specgate serve` runs on here)")
-    parser.add_argument("--compiled", action="store_true", help="also measure the app with its decision compiled "
-                        "(`specgate compile`: the build in build/compiled must match the sources)")
+    parser.add_argument("--compiled", action="store_true", help="also measure the app with its request path compiled "
+                        "(`specgate compile`: the build in build/compiled must match the sources); with --baseline, "
+                        "the baseline with its own build as well")
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of each target's rounds")
     parser.add_argument("--instructions", action="store_true",
                         help="count thousands of instructions per request under valgrind's callgrind instead "
@@ -265,13 +266,6 @@ def pin(index: int) -> Any:
     return lambda: os.sched_setaffinity(0, {cpus[index]})
 
 
-def export_tree(ref: str, into: Path) -> Path:
-    into.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
-
-
 def main() -> None:
     args = parse_args()
     if args.policy is not None:  # a target of the parent's, one JSON line per round
@@ -285,7 +279,12 @@ def main() -> None:
         sys.exit("--instructions needs valgrind and callgrind_control: apt-get install -y valgrind")
     if args.instructions and args.profile:
         sys.exit("--instructions and --profile measure different things: ask for one of them")
+    if args.compiled:
+        from specgate.compiled import default_build_dir, read_build
+        if not read_build(default_build_dir(ROOT), ROOT)[0]:
+            sys.exit(f"--compiled: {read_build(default_build_dir(ROOT), ROOT)[1]}")
     sys.path.insert(0, str(HERE))
+    from baseline import compile_tree, export_tree
     from overhead import bench_policy, free_port, wait_port
 
     tmp = Path(tempfile.mkdtemp(prefix="specgate-request-path-"))
@@ -300,6 +299,8 @@ def main() -> None:
         trees = {"gateway": ROOT, **({"gateway (compiled)": ROOT} if args.compiled else {})}
         if args.baseline:
             trees["baseline"] = export_tree(args.baseline, tmp / "baseline")
+            if args.compiled and compile_tree(trees["baseline"], dict(os.environ)):
+                trees["baseline (compiled)"] = trees["baseline"]
         passed = [f"--requests={args.requests}", f"--rounds={args.rounds}", f"--modes={args.modes}",
                   "--concurrency=" + ",".join(map(str, args.concurrency)), f"--top={args.top}",
                   *(["--profile"] if args.profile else [])]
@@ -309,7 +310,7 @@ def main() -> None:
                      "--log-file=" + str(tmp / f"valgrind-{index}.log")] if args.instructions else []
             targets[name if len(args.loops) == 1 else f"{name} ({loop})"] = subprocess.Popen(
                 [*under, sys.executable, str(HERE / "request_path.py"), *passed, f"--policy={policy}", "--lockstep",
-                 f"--loops={loop}", *(["--use-compiled"] if name == "gateway (compiled)" else []),
+                 f"--loops={loop}", *(["--use-compiled"] if name.endswith("(compiled)") else []),
                  *([f"--callgrind-out={out}"] if args.instructions else [])],
                 cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, preexec_fn=pin(-1))
@@ -331,8 +332,11 @@ def interleave(targets: dict[str, subprocess.Popen], args: argparse.Namespace) -
     steps = args.rounds * len(args.modes.split(",")) * len(args.concurrency)
     for step in range(steps):
         for name, proc in targets.items():
-            proc.stdin.write("\n")
-            proc.stdin.flush()
+            try:
+                proc.stdin.write("\n")
+                proc.stdin.flush()
+            except BrokenPipeError:
+                raise RuntimeError(f"{name} stopped before its round {step + 1} of {steps}") from None
             line = proc.stdout.readline()
             if not line:
                 raise RuntimeError(f"{name} stopped before its round {step + 1} of {steps}")

@@ -256,8 +256,7 @@ class ResponseStream(httpx.AsyncByteStream):
         self._done = False
         self._timeout = read_timeout  # the next read's: the first chunk's, then the silence between chunks
 
-    # An iterator of its own rather than an async generator, which mypyc cannot compile.
-    def __aiter__(self) -> ResponseStream:
+    def __aiter__(self) -> ResponseStream:  # an iterator of its own: mypyc cannot compile an async generator
         return self
 
     async def __anext__(self) -> bytes:
