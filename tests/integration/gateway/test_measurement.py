@@ -78,8 +78,10 @@ def test_the_recorded_time_per_token_is_per_token_not_per_event(gateway, measure
     assert measurement.ttft_s is not None and measurement.tpot_s is not None
     # the decode time is spread over the 19 tokens after the first, not over the 4 events after the first
     assert measurement.tpot_s == pytest.approx((measurement.e2e_s - measurement.ttft_s) / (CHUNKS * TOKENS - 1))
-    # the fake sleeps 10 ms before each of the 4 later events: 40 ms of decoding at least (less timer granularity)
-    assert measurement.tpot_s * (CHUNKS * TOKENS - 1) >= 0.039
+    # The fake sleeps 10 ms before each event. The first is timed when the gateway reads it, which a
+    # busy host may delay (by up to one sleep before two events share a read), so the decoding the
+    # meter saw spans the last three sleeps at least (less timer granularity).
+    assert measurement.tpot_s * (CHUNKS * TOKENS - 1) >= 3 * 0.01 - 0.001
 
 
 def test_non_streamed_answers_are_measured_too(gateway, measured):
