@@ -108,3 +108,40 @@ def test_a_small_body_is_sent_on_compact_and_equal_to_the_clients_but_its_change
     assert json.loads(sent) == {**json.loads(raw), "model": "pool-model"}
     assert b", " not in sent and b": " not in sent
     assert list(json.loads(sent)) == list(json.loads(raw))  # its keys in the client's order
+
+
+def _typed(value):
+    """`value` with the type of every number in it: 1 and 1.0 are equal, but json.loads tells them apart."""
+    if isinstance(value, dict):
+        return {key: _typed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_typed(item) for item in value]
+    return (type(value).__name__, value)
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"a": 1, "b": 1.0, "c": -0, "d": -0.0, "e": 1E5, "f": 5e-324, "g": 1.7976931348623157e308, "h": 1e400}',
+    b'{"big": 123456789012345678901234567890, "low": -9223372036854775809, "high": 18446744073709551616}',
+    b'{"edge": -9223372036854775808, "top": 9223372036854775807, "n": 0.30000000000000004}',
+    b'{"a": "caf\\u00e9 \\ud83d\\ude00 \xe6\x9d\xb1", "b": "half \\ud800 a pair", "a": "last"}',
+    b'{"raw surrogate": "\xed\xa0\x80"}', b"\xef\xbb\xbf{}", '{"utf": 16}'.encode("utf-16"),
+    b'{"deep": ' + b"[" * 300 + b"]" * 300 + b"}", b'  {"tools": [{"a": {}}, {"b": []}]}\n',
+])
+def test_a_small_body_parses_exactly_as_in_json_loads(raw):
+    """orjson reads most small bodies: its value is json.loads's, to the type of every number."""
+    parsed = loads(raw, json.JSONDecoder())
+    assert parsed.spans is None
+    assert _typed(parsed.value) == _typed(json.loads(raw))
+
+
+@pytest.mark.parametrize("raw,fragment", [
+    (b'{"a": 1, "temperature": NaN}', "NaN"), (b'{"a": Infinity}', "Infinity"),
+    (b'{"a": 1,}', "not valid JSON: Expecting property name enclosed in double quotes at line 1 column 9"),
+    (b'{"a": 1} x', "not valid JSON: Extra data at line 1 column 10"),
+    (b"\xff{}", "not valid UTF-8"), (b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested too deeply"),
+    (b'{"a": ' + b"[" * 1020 + b"]" * 1020 + b"}", "nested too deeply"),  # orjson would read it: json.loads not
+])
+def test_a_small_bad_body_is_the_400_json_loads_would_give(raw, fragment):
+    with pytest.raises(InvalidRequest) as info:
+        parse_json_body(raw)
+    assert fragment in info.value.message
