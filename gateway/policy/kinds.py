@@ -42,8 +42,10 @@ class Schedule:
     # The loads (sequences running) past which one more drafts unlike at the load below: where
     # a stretch of one drafting count starts, for the room's search (LatencyModel.room).
     stretches: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _hash: int = field(init=False, repr=False, compare=False)  # the latency model's tables are keyed by schedule
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(self.ranges))
         object.__setattr__(self, "ever_drafts", any(k > 0 for _, _, k in self.ranges))
         starts, before = [], 0
         for lo, _, k in self.ranges:
@@ -51,6 +53,9 @@ class Schedule:
                 starts.append(lo - 1)  # the batch `lo` is that load plus the one more
             before = k
         object.__setattr__(self, "stretches", tuple(starts))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def drafts(self, batch: int) -> int:
         """vLLM's lookup: the k of the last range that starts at or below `batch`."""

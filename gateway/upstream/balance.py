@@ -47,9 +47,10 @@ class Target(Protocol):
 E = TypeVar("E", bound=Target)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Choice(Generic[E]):
-    """The endpoint picked and why; `explain` shows it."""
+    """The endpoint picked and why; `explain` shows it. Not frozen: one is built per
+    request, and a frozen dataclass's `__init__` costs three times as much."""
     endpoint: E
     reason: str  # only | two_choices | session | prefix | hash | least_loaded
     load: int = 0  # the endpoint's load before this request

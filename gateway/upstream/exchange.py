@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import httpx
@@ -83,17 +82,19 @@ class Outgoing(NamedTuple):  # a tuple: one per request, and a frozen dataclass 
         return kept if key is None else [*kept, ("authorization", f"Bearer {key}")]
 
 
-@dataclass
 class Outcome:
-    status: int  # what the books say: the upstream status, 499, or the error's status
-    ok: bool = False  # the upstream answer reached the client whole
-    delivered: bool = False  # the stream's [DONE] event went out: the client may leave now
-    stalled: bool = False  # the client stopped reading and was cut
-    judged: bool = False  # the relay ended in a known way: the outcome may speak of the endpoint
-    left: bool = False  # the client went away or stopped reading before the answer ended
-    fault: str = "stream_broken"  # how the answer broke, when it did: stream_broken, first_byte, idle
-    opened: Opened | None = None
-    error: GatewayError | None = None
+    """How a relay ended (a plain class, as `Exchange` is)."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status  # what the books say: the upstream status, 499, or the error's status
+        self.ok = False  # the upstream answer reached the client whole
+        self.delivered = False  # the stream's [DONE] event went out: the client may leave now
+        self.stalled = False  # the client stopped reading and was cut
+        self.judged = False  # the relay ended in a known way: the outcome may speak of the endpoint
+        self.left = False  # the client went away or stopped reading before the answer ended
+        self.fault = "stream_broken"  # how the answer broke, when it did: stream_broken, first_byte, idle
+        self.opened: Opened | None = None
+        self.error: GatewayError | None = None
 
     def verdict(self) -> bool | None:
         """What the exchange says of its endpoint: None when the answer never
@@ -160,36 +161,38 @@ class Recorder:
         self.class_latency.record(traffic, measurement.pool, seconds)
 
 
-@dataclass(eq=False)
 class Exchange:
-    chain: Sequence[Upstream]  # the routed pool, then its fallbacks, in the order tried
-    request: Outgoing
-    request_id: str
-    rule: str
-    started: float  # perf_counter() when the request's body was complete: every latency runs from here
-    forwarder: Forwarder
-    recorder: Recorder
-    degraded: bool = False  # no pool of the chain has an endpoint available: least-bad will do
-    traffic: str | None = None  # the class the answer's measurement is kept under
-    measured: bool = False  # a generation: its answer is measured in output tokens
-    load: Mapping[str, int] = field(default_factory=dict)  # each pool's load when the request was routed
-    priority: int = 0  # its place while pools are saturated (docs/priorities.md)
-    fallback: str | None = None  # why routing already left the rule's pool (`flag`), before any try
-    trace: RequestSpan = NULL_SPAN  # the request's span (docs/tracing.md)
-    # Set by __post_init__, not by defaults: a class compiled with mypyc leaves an init=False default unset.
-    claim: Claim = field(init=False)
-    meter: TokenMeter | None = field(init=False)
-    tap: UsageTap | None = field(init=False)  # a streamed answer's events pass through it
-    body_tokens: int | None = field(init=False)
-    body_drafting: Drafting | None = field(init=False)
-    response_id: str | None = field(init=False)  # a whole Responses answer's id
+    """One request's way through its pools: opened, relayed, and put in the books.
 
-    def __post_init__(self) -> None:
-        self.claim = Claim(self.recorder.lease)
-        self.claim.fallback = self.fallback  # the routing's own reason comes first
-        self.meter = self.tap = self.body_drafting = None
-        self.body_tokens = None
-        self.response_id = None
+    A plain class with its `__init__` written out, as the other objects built per
+    request are: mypyc compiles what the source says, while a dataclass's generated
+    `__init__` would run interpreted."""
+
+    def __init__(self, chain: Sequence[Upstream], request: Outgoing, request_id: str, rule: str, started: float,
+                 forwarder: Forwarder, recorder: Recorder, degraded: bool = False, traffic: str | None = None,
+                 measured: bool = False, load: Mapping[str, int] | None = None, priority: int = 0,
+                 fallback: str | None = None, trace: RequestSpan = NULL_SPAN) -> None:
+        self.chain = chain  # the routed pool, then its fallbacks, in the order tried
+        self.request = request
+        self.request_id = request_id
+        self.rule = rule
+        self.started = started  # perf_counter() when the request's body was complete: every latency runs from here
+        self.forwarder = forwarder
+        self.recorder = recorder
+        self.degraded = degraded  # no pool of the chain has an endpoint available: least-bad will do
+        self.traffic = traffic  # the class the answer's measurement is kept under
+        self.measured = measured  # a generation: its answer is measured in output tokens
+        self.load: Mapping[str, int] = {} if load is None else load  # each pool's load when the request was routed
+        self.priority = priority  # its place while pools are saturated (docs/priorities.md)
+        self.fallback = fallback  # why routing already left the rule's pool (`flag`), before any try
+        self.trace = trace  # the request's span (docs/tracing.md)
+        self.claim = Claim(recorder.lease)
+        self.claim.fallback = fallback  # the routing's own reason comes first
+        self.meter: TokenMeter | None = None
+        self.tap: UsageTap | None = None  # a streamed answer's events pass through it
+        self.body_tokens: int | None = None
+        self.body_drafting: Drafting | None = None
+        self.response_id: str | None = None  # a whole Responses answer's id
 
     async def open(self) -> Opened:
         """The backend's answer, headers in, leased through the claim."""

@@ -98,19 +98,22 @@ class Endpoint:
         return UNLIMITED if self.max_in_flight is None else self.max_in_flight - self.outstanding
 
 
-@dataclass(eq=False)
 class Lease:
     """One request's hold on an endpoint: release it exactly once. `ok` is what
-    the request says of the endpoint: True worked, False failed, None nothing."""
-    pool: Pool
-    endpoint: Endpoint
-    trial: bool
-    released: bool = field(default=False)
-    why: str = "least_bad"  # the balancer's reason for the endpoint (see Choice), or the degraded pick
-    matched: int = 0  # leading prompt blocks the endpoint was last sent
-    load_area: float = 0.0  # the pool's requests x seconds when it was taken (Pool.load_area)
-    taken_at: float = 0.0
-    mean_load: float | None = None  # on release: the pool's mean in flight while it was held, itself included
+    the request says of the endpoint: True worked, False failed, None nothing.
+    A plain class, built per request: mypyc compiles the `__init__` written out."""
+
+    def __init__(self, pool: Pool, endpoint: Endpoint, trial: bool, why: str = "least_bad", matched: int = 0,
+                 load_area: float = 0.0, taken_at: float = 0.0) -> None:
+        self.pool = pool
+        self.endpoint = endpoint
+        self.trial = trial
+        self.released = False
+        self.why = why  # the balancer's reason for the endpoint (see Choice), or the degraded pick
+        self.matched = matched  # leading prompt blocks the endpoint was last sent
+        self.load_area = load_area  # the pool's requests x seconds when it was taken (Pool.load_area)
+        self.taken_at = taken_at
+        self.mean_load: float | None = None  # on release: the pool's mean in flight while it was held, itself included
 
     def release(self, ok: bool | None, why: str = "failed") -> None:
         """`why`: the endpoint's fault when `ok` is False (connect, status_502, idle, ...), for the log."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.decide import apis
@@ -39,14 +39,16 @@ class Blocks:
     anchor: int | None  # the first block, hashed the same in every process; None for an empty prompt
 
 
-@dataclass(slots=True, eq=False)
 class PromptKey:
     """A request's prompt (the parsed body, already validated by the features)
-    and where its session key may be: a header, or the body's `user`."""
-    body: Mapping[str, Any]
-    endpoint: str  # "chat", "completions", "messages" or "responses"
-    headers: Mapping[str, str] = field(default_factory=dict)
-    _blocks: dict[int, Blocks] = field(default_factory=dict, repr=False)
+    and where its session key may be: a header, or the body's `user`. Built per
+    request: a plain class, whose `__init__` mypyc compiles."""
+
+    def __init__(self, body: Mapping[str, Any], endpoint: str, headers: Mapping[str, str] | None = None) -> None:
+        self.body = body
+        self.endpoint = endpoint  # "chat", "completions", "messages" or "responses"
+        self.headers: Mapping[str, str] = {} if headers is None else headers
+        self._blocks: dict[int, Blocks] = {}
 
     def blocks(self, block_chars: int) -> Blocks:
         """The prompt's leading blocks, hashed once per block size."""

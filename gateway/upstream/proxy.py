@@ -24,7 +24,6 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -82,11 +81,13 @@ class Outbound(NamedTuple):  # a tuple: one per pool tried, and a frozen datacla
     idle_s: float | None = None  # the silence allowed between a stream's chunks after the first
 
 
-@dataclass
 class Opened:
-    response: Answer
-    lease: Lease
-    ttfb_s: float
+    """An answer whose headers are in, and the lease it holds (a plain class, built per request)."""
+
+    def __init__(self, response: Answer, lease: Lease, ttfb_s: float) -> None:
+        self.response = response
+        self.lease = lease
+        self.ttfb_s = ttfb_s
 
 
 class Forwarder:
