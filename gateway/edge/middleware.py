@@ -3,6 +3,7 @@ the request id, path check and fast path."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -72,7 +73,8 @@ class HeaderLimitMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            size = sum(len(name) + len(value) + 4 for name, value in scope["headers"])
+            headers = scope["headers"]  # each name and value, with ": " and CRLF: summed in C, no generator
+            size = sum(map(len, itertools.chain.from_iterable(headers))) + 4 * len(headers)
             if size > self.max_bytes:
                 error = HeadersTooLarge(f"request headers are {size} bytes, over the {self.max_bytes} "
                                         "byte limit")
