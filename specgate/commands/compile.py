@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     root = source_root()
     out = args.out or default_build_dir(root)
     print(f"compiling {len(compiled_sources(root))} modules of the request path with mypyc into {out} "
-          "(a minute or two)...", file=sys.stderr)
+          "(several minutes on 2 cores)...", file=sys.stderr)
     started = time.monotonic()
     try:
         modules = build_compiled(out, root, verbose=args.verbose)
