@@ -24,24 +24,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.decide.api_paths import PATHS, endpoint_of
 from gateway.errors import InvalidRequest
 
-PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions",
-         "messages": "/v1/messages", "responses": "/v1/responses"}
-ENDPOINTS = tuple(PATHS)
 OUTPUT_BOUNDS = {"chat": ("max_completion_tokens", "max_tokens"), "completions": ("max_tokens",),
                  "messages": ("max_tokens",), "responses": ("max_output_tokens",)}
 # Anthropic's Messages API samples at 1.0 when the request names no temperature,
 # whatever the backend's own default is.
 API_TEMPERATURE = {"messages": 1.0}
-
-
-def endpoint_of(path: str) -> str | None:
-    """The endpoint a request path names, or None for any other path."""
-    for endpoint, known in PATHS.items():
-        if path == known:
-            return endpoint
-    return None
 
 
 def explained_endpoint(given: str | None, body: Mapping[str, Any]) -> str:

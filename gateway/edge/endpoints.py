@@ -21,7 +21,7 @@ from starlette.types import ASGIApp
 
 from gateway.capture.stage import Capture
 from gateway.decide.admission import hold
-from gateway.decide.apis import PATHS
+from gateway.decide.api_paths import PATHS
 from gateway.decide.features import Limits, check_limits, parse_json
 from gateway.decide.latency import LatencyModel
 from gateway.decide.routing import Decision, Overrides, Routed, route
@@ -59,6 +59,13 @@ def request_id(request: Request, rng: random.Random) -> str:
     request is a system call on the hot path)."""
     given = request.headers.get("x-request-id", "")
     return given if REQUEST_ID.match(given) else f"{rng.getrandbits(128):032x}"
+
+
+def id_of(request: Request) -> str:
+    """The id the middleware gave the request. Read off the scope: Starlette's
+    `request.state` builds a `State` around it on each read (60 bytecodes)."""
+    found: str = request.scope["state"]["request_id"]
+    return found
 
 
 class ProxyEndpoints:
@@ -139,7 +146,7 @@ class ProxyEndpoints:
                             usage=UsagePlan(endpoint, body, features.stream, features.n),
                             key=PromptKey(body, endpoint, request.headers),
                             home=decision.home)
-        return self._relay(Exchange(chain, outgoing, request.state.request_id, decision.rule, started,
+        return self._relay(Exchange(chain, outgoing, id_of(request), decision.rule, started,
                                     self.forwarder, self.recorder, degraded=degraded,
                                     traffic=traffic, measured=True, load=features.load, priority=priority,
                                     trace=span, fallback=decision.fallback))
@@ -195,7 +202,7 @@ class ProxyEndpoints:
         priority = request_priority(request.headers, grant, self.runtime.policy, None)
         outgoing = Outgoing(request.method, target, raw, self._forwarded(request),
                             drop_client_key=self.keys.enabled)
-        return self._relay(Exchange(chain, outgoing, request.state.request_id, "passthrough", started,
+        return self._relay(Exchange(chain, outgoing, id_of(request), "passthrough", started,
                                     self.forwarder, self.recorder, degraded=degraded, priority=priority,
                                     trace=span_of(request)))
 
@@ -275,7 +282,7 @@ class ProxyEndpoints:
         """The client's headers for the backends, checked (a bad one is a 400
         before anything is leased), less hop-by-hop ones; the trace context is the gateway's span's."""
         return span_of(request).propagate(request_headers(request.headers.items(),
-                                                          {"x-request-id": request.state.request_id}))
+                                                          {"x-request-id": id_of(request)}))
 
     def _relay(self, exchange: Exchange) -> Relay:
         return Relay(exchange, RelayTimeouts.for_chain(exchange.chain, self.settings.keepalive_s,

@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.decide.apis import endpoint_of
+from gateway.decide.api_paths import endpoint_of
 from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound
 
 ErrorHandler = Callable[[Request, Exception], Awaitable[Response]]

@@ -26,7 +26,7 @@ def _load_pair(text: str) -> tuple[str, int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from gateway.decide.apis import ENDPOINTS
+    from gateway.decide.api_paths import ENDPOINTS
 
     parser.add_argument("--policy", type=Path, help="policy YAML (default: policies/default.yaml)")
     parser.add_argument("request", help="request body JSON file ('-' for stdin)")
