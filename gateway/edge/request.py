@@ -29,6 +29,10 @@ class HeaderMap(Headers):
         value = self._first.get(key.lower().encode("latin-1"))
         return default if value is None else value.decode("latin-1")
 
+    # Starlette's own, here where it may run compiled; a list, as Starlette's is, not Mapping's ItemsView
+    def items(self) -> list[tuple[str, str]]:  # type: ignore[override]  # the list Starlette returns
+        return [(key.decode("latin-1"), value.decode("latin-1")) for key, value in self._list]
+
 
 class EdgeRequest(Request):
     def __init__(self, scope: Scope, receive: Receive) -> None:
