@@ -46,13 +46,15 @@ choose.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Collection, Mapping, Sequence
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
-from gateway.decide.latency import LatencyModel, Prediction
+from gateway.decide.latency import LatencyModel
+from gateway.decide.prediction import Prediction
 from gateway.policy.classes import traffic_class
 from gateway.policy.features import Features
 
@@ -60,15 +62,17 @@ EXPLORE_SHARE = 0.02  # at most this share of decisions goes to a stale candidat
 STALE_SAMPLES = 1.0  # an estimate resting on less remembered weight than one answer is stale
 
 
-class Estimate(NamedTuple):
-    """One candidate as the model sees it for one request (a tuple, as `Prediction` is)."""
+class Estimate:
+    """One candidate as the model sees it for one request. A plain class, as `Prediction` is."""
 
-    pool: str
-    load: int
-    predicted: Prediction
-    added_s: float  # the delay it adds to the requests already running on the pool
-    cost_s: float  # predicted E2E plus added_s
-    sample_s: float  # the Thompson draw of E2E, plus added_s (the mean without a generator)
+    def __init__(self, pool: str, load: int, predicted: Prediction, added_s: float, cost_s: float,
+                 sample_s: float) -> None:
+        self.pool = pool
+        self.load = load
+        self.predicted = predicted
+        self.added_s = added_s  # the delay it adds to the requests already running on the pool
+        self.cost_s = cost_s  # predicted E2E plus added_s
+        self.sample_s = sample_s  # the Thompson draw of E2E, plus added_s (the mean without a generator)
 
     def to_json(self) -> dict[str, Any]:
         p = self.predicted
@@ -77,13 +81,17 @@ class Estimate(NamedTuple):
                 "cost_s": self.cost_s, "sampled_cost_s": self.sample_s}
 
 
-class Fastest(NamedTuple):  # a tuple, as `Estimate` is
-    pool: str  # the winner of the draw
-    best: str  # the winner by predicted mean cost: the class's preferred pool
-    estimates: tuple[Estimate, ...]  # by predicted mean cost, cheapest first
-    traffic: str
-    tokens: int
-    past: Mapping[str, int] = MappingProxyType({})  # past their room (admission.py): pool -> room
+class Fastest:
+    """How `route: fastest` chose, for one request. A plain class, as `Estimate` is."""
+
+    def __init__(self, pool: str, best: str, estimates: tuple[Estimate, ...], traffic: str, tokens: int,
+                 past: Mapping[str, int] = MappingProxyType({})) -> None:
+        self.pool = pool  # the winner of the draw
+        self.best = best  # the winner by predicted mean cost: the class's preferred pool
+        self.estimates = estimates  # by predicted mean cost, cheapest first
+        self.traffic = traffic
+        self.tokens = tokens
+        self.past = past  # past their room (admission.py): pool -> room
 
     @property
     def explored(self) -> bool:
@@ -121,14 +129,14 @@ def fastest(pools: Sequence[str], features: Features, traffic: str, tokens: int,
             rng: random.Random | None) -> Fastest:
     """The pool of `pools` (at least one) with the smallest draw of its cost to the fleet."""
     estimates = []
-    loads, estimate, gauss = features.load, model.estimate, None if rng is None else rng.gauss
+    loads = features.load
     for pool in pools:
         load = loads.get(pool, 0)
-        predicted, slope = estimate(pool, traffic, load, tokens)
+        predicted, slope = model.estimate(pool, traffic, load, tokens)
         added = load * tokens / 2 * slope
         e2e = predicted.e2e_s
         # the Thompson draw: normal around the prediction, with its standard error
-        sample = e2e if gauss is None else max(0.0, gauss(e2e, predicted.stddev_e2e))
+        sample = e2e if rng is None else max(0.0, e2e + predicted.stddev_e2e * normal(rng))
         estimates.append(Estimate(pool, load, predicted, added, e2e + added, sample + added))
     estimates.sort(key=_cost)
     chosen = min(estimates, key=_sample)
@@ -137,6 +145,12 @@ def fastest(pools: Sequence[str], features: Features, traffic: str, tokens: int,
         if stale:
             chosen = min(stale, key=lambda e: e.predicted.samples)
     return Fastest(chosen.pool, estimates[0].pool, tuple(estimates), traffic, tokens)
+
+
+def normal(rng: random.Random) -> float:
+    """A standard normal draw from two of `rng`'s uniforms (Box-Muller): `random.gauss` does the
+    same in Python, which runs interpreted beside the compiled decision."""
+    return math.sqrt(-2.0 * math.log(1.0 - rng.random())) * math.cos(math.tau * rng.random())
 
 
 _cost, _sample = attrgetter("cost_s"), attrgetter("sample_s")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from gateway.decide import apis
 from gateway.decide.json_body import JsonBody, loads
@@ -24,9 +24,12 @@ CHARS_PER_TOKEN = 4  # rough BPE average for English text and code
 _PLAIN_TEXT: tuple[Any, ...] = (None, {}, {"type": "text"})  # `response_format` values that ask for nothing
 
 
-class Limits(NamedTuple):  # a tuple: one per request
-    n: int = 16  # sequences per request: `n`, and `best_of` where a backend still takes it
-    max_tokens: int = 131072  # output tokens: `max_tokens`, `max_completion_tokens`, `max_output_tokens`
+class Limits:
+    """What one request may ask for (a plain class: built per request, its `__init__` compiled)."""
+
+    def __init__(self, n: int = 16, max_tokens: int = 131072) -> None:
+        self.n = n  # sequences per request: `n`, and `best_of` where a backend still takes it
+        self.max_tokens = max_tokens  # output tokens: `max_tokens`, `max_completion_tokens`, `max_output_tokens`
 
 
 def check_limits(body: Mapping[str, Any], limits: Limits) -> None:

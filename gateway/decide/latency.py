@@ -63,7 +63,7 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from gateway.decide.acceptance import Acceptance, tokens_per_step
 from gateway.decide.latency_priors import LatencyPriors
@@ -76,6 +76,7 @@ from gateway.decide.latency_tables import (
     class_anchor,
     highest_fitting_in_stretches,
 )
+from gateway.decide.prediction import Prediction
 from gateway.policy.kinds import Schedule
 
 __all__ = ["LatencyModel", "LatencyPriors", "Prediction", "bucket_label"]
@@ -85,14 +86,6 @@ ANSWER_WEIGHT = 1 / 32  # a pool's mean answer length and gateway wait move by t
 # backend (a TTFT of 1e-311 s made the priors subnormal and every prediction above them inf)
 SCALE_BOUNDS = (1e-6, 1e6)
 NO_DRAFTS = Schedule()
-
-
-class Prediction(NamedTuple):  # a tuple: one per candidate per request (a frozen dataclass costs 2.5x to build)
-    ttft_s: float
-    tpot_s: float
-    e2e_s: float
-    samples: float  # forgotten sample count behind the weaker of the two buckets read
-    stddev_e2e: float  # standard error of e2e_s (the estimate's, not one request's spread)
 
 
 class LatencyModel:

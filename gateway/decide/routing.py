@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from gateway.decide.admission import past_rooms
 from gateway.decide.fastest import Fastest, fastest, model_class
@@ -38,15 +38,20 @@ from gateway.policy.features import Features
 from gateway.policy.schema import FASTEST
 
 
-class Decision(NamedTuple):  # a tuple: built per request, and a frozen dataclass costs 2.5x as much
-    pool: str
-    rule: str
-    note: str  # why, in words; under `route: fastest`, only what it left out (`reason` says the rest)
-    probe: bool = False
-    chain: tuple[str, ...] = ()  # the pools to try in order, when not the pool's fallback chain
-    fastest: Fastest | None = None  # how `route: fastest` chose
-    home: str | None = None  # the one endpoint (URL) that may serve it: it holds the state the request continues
-    fallback: str | None = None  # why it left the pool its rule chose before anything was sent (`flag`)
+class Decision:
+    """Where one request goes, and why. A plain class, built per request: mypyc compiles the
+    `__init__` written out, where a named tuple's `__new__` runs interpreted. Read-only by convention."""
+
+    def __init__(self, pool: str, rule: str, note: str, probe: bool = False, chain: tuple[str, ...] = (),
+                 fastest: Fastest | None = None, home: str | None = None, fallback: str | None = None) -> None:
+        self.pool = pool
+        self.rule = rule
+        self.note = note  # why, in words; under `route: fastest`, only what it left out (`reason` says the rest)
+        self.probe = probe
+        self.chain = chain  # the pools to try in order, when not the pool's fallback chain
+        self.fastest = fastest  # how `route: fastest` chose
+        self.home = home  # the one endpoint (URL) that may serve it: it holds the state the request continues
+        self.fallback = fallback  # why it left the pool its rule chose before anything was sent (`flag`)
 
     @property
     def explored(self) -> bool:
@@ -94,9 +99,12 @@ class Overrides:
 NO_OVERRIDES = Overrides()  # what nearly every request says: nothing (a frozen dataclass costs ~1 us to build)
 
 
-class Routed(NamedTuple):  # a tuple: one per decision
-    features: Features
-    decision: Decision
+class Routed:
+    """A request's features and the decision made on them (a plain class, as `Decision` is)."""
+
+    def __init__(self, features: Features, decision: Decision) -> None:
+        self.features = features
+        self.decision = decision
 
     def to_json(self, flags: FlagSnapshot) -> dict[str, Any]:
         return self.decision.to_json(self.features, flags)

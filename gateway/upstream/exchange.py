@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import httpx
 import structlog
@@ -42,19 +42,26 @@ Sink = Callable[[Measurement], None]
 PASSTHROUGH = UsagePlan("passthrough")  # what a request that is not a generation asks of usage: nothing (immutable)
 
 
-class Outgoing(NamedTuple):  # a tuple: one per request, and a frozen dataclass costs 4x as much to build
-    """The request as the client made it, checked: what each pool is sent."""
-    method: str
-    path: str  # path and query, as the edge normalised them
-    content: bytes
-    headers: list[tuple[str, str]]  # the client's, checked, less hop-by-hop ones
-    body: dict[str, Any] | None = None  # the parsed JSON body, whose model a pool may rename
-    spans: Spans | None = None  # where body's values lie in the text it was parsed from (decide/json_body.py)
-    stream: bool = False
-    drop_client_key: bool = False  # the gateway checks keys: the client's own is never sent on
-    usage: UsagePlan = PASSTHROUGH  # asked, read, removed
-    key: PromptKey | None = None  # the prompt's block hashes and session, for the pools' balancers
-    home: str | None = None  # the only endpoint (its URL) that may serve it: it holds the previous response
+class Outgoing:
+    """The request as the client made it, checked: what each pool is sent. A plain class, built
+    per request: mypyc compiles the `__init__` written out, where a named tuple's `__new__` runs
+    interpreted. Read-only by convention."""
+
+    def __init__(self, method: str, path: str, content: bytes, headers: list[tuple[str, str]],
+                 body: dict[str, Any] | None = None, spans: Spans | None = None, stream: bool = False,
+                 drop_client_key: bool = False, usage: UsagePlan = PASSTHROUGH, key: PromptKey | None = None,
+                 home: str | None = None) -> None:
+        self.method = method
+        self.path = path  # path and query, as the edge normalised them
+        self.content = content
+        self.headers = headers  # the client's, checked, less hop-by-hop ones
+        self.body = body  # the parsed JSON body, whose model a pool may rename
+        self.spans = spans  # where body's values lie in the text it was parsed from (decide/json_body.py)
+        self.stream = stream
+        self.drop_client_key = drop_client_key  # the gateway checks keys: the client's own is never sent on
+        self.usage = usage  # asked, read, removed
+        self.key = key  # the prompt's block hashes and session, for the pools' balancers
+        self.home = home  # the only endpoint (its URL) that may serve it: it holds the previous response
 
     def to(self, pool: Pool, started: float) -> Outbound:
         content = self.content

@@ -25,7 +25,6 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import NamedTuple
 
 import httpx
 
@@ -45,11 +44,14 @@ RETRY_STATUSES = frozenset({429, 502, 503, 504})
 FALLBACK_STATUSES = frozenset({429, 502, 503})
 
 
-class Standing(NamedTuple):
+class Standing:
     """What decides a request's place while pools are saturated: its priority
-    and each pool's load as routing read it (`priority.busy_load` is compared with it)."""
-    priority: int = 0
-    load: Mapping[str, int] = MappingProxyType({})
+    and each pool's load as routing read it (`priority.busy_load` is compared with it).
+    A plain class, as `Outbound` is."""
+
+    def __init__(self, priority: int = 0, load: Mapping[str, int] = MappingProxyType({})) -> None:
+        self.priority = priority
+        self.load = load
 
     def shed_by(self, pool: Pool, full: bool) -> bool:
         """Whether `pool`, saturated (`full`, or busy by its load), sheds this request."""
@@ -68,17 +70,22 @@ class ChainFull(Exception):
         self.queues = queues
 
 
-class Outbound(NamedTuple):  # a tuple: one per pool tried, and a frozen dataclass costs 4x as much to build
-    """The request as one pool gets it."""
-    path: str
-    headers: list[tuple[str, str]]
-    body: bytes
-    header_timeout_s: float
-    deadline: float | None = None  # event-loop time; bounds the whole exchange, body included
-    method: str = "POST"
-    key: PromptKey | None = None  # the prompt and session the pool's balancer reads
-    home: str | None = None  # the URL of the only endpoint that may serve it (it holds the request's state)
-    idle_s: float | None = None  # the silence allowed between a stream's chunks after the first
+class Outbound:
+    """The request as one pool gets it. A plain class, built per pool tried: mypyc compiles the
+    `__init__` written out, where a named tuple's `__new__` runs interpreted. Read-only by convention."""
+
+    def __init__(self, path: str, headers: list[tuple[str, str]], body: bytes, header_timeout_s: float,
+                 deadline: float | None = None, method: str = "POST", key: PromptKey | None = None,
+                 home: str | None = None, idle_s: float | None = None) -> None:
+        self.path = path
+        self.headers = headers
+        self.body = body
+        self.header_timeout_s = header_timeout_s
+        self.deadline = deadline  # event-loop time; bounds the whole exchange, body included
+        self.method = method
+        self.key = key  # the prompt and session the pool's balancer reads
+        self.home = home  # the URL of the only endpoint that may serve it (it holds the request's state)
+        self.idle_s = idle_s  # the silence allowed between a stream's chunks after the first
 
 
 class Opened:

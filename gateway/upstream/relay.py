@@ -20,7 +20,6 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
-from typing import NamedTuple
 
 import httpx
 from starlette.types import Message, Receive, Scope, Send
@@ -44,10 +43,13 @@ CLIENT_CLOSED = 499  # nginx's code for "the client went away first"
 KEEPALIVE_COMMENT = b": keepalive\n\n"
 
 
-class RelayTimeouts(NamedTuple):  # a tuple: one per request, as the decision's records are
-    first_chunk_s: float  # streams: first body chunk after the headers
-    keepalive_s: float
-    write_s: float  # one write to the client; longer and the client is cut
+class RelayTimeouts:
+    """A relay's bounds (a plain class: one per request, its `__init__` compiled)."""
+
+    def __init__(self, first_chunk_s: float, keepalive_s: float, write_s: float) -> None:
+        self.first_chunk_s = first_chunk_s  # streams: first body chunk after the headers
+        self.keepalive_s = keepalive_s
+        self.write_s = write_s  # one write to the client; longer and the client is cut
 
     @classmethod
     def for_chain(cls, chain: Sequence[Upstream], keepalive_s: float, write_s: float) -> RelayTimeouts:
