@@ -58,7 +58,7 @@ def request_id(request: Request, rng: random.Random) -> str:
     need to be unique, not secret, so a seeded PRNG does (os.urandom per
     request is a system call on the hot path)."""
     given = request.headers.get("x-request-id", "")
-    return given if REQUEST_ID.match(given) else f"{rng.getrandbits(128):032x}"
+    return given if given and REQUEST_ID.match(given) else f"{rng.getrandbits(128):032x}"
 
 
 def id_of(request: Request) -> str:

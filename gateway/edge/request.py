@@ -16,7 +16,8 @@ from starlette.types import Receive, Scope
 
 class HeaderMap(Headers):
     def __init__(self, scope: Scope) -> None:
-        super().__init__(scope=scope)
+        # what Headers(scope=scope) does, here where it may run compiled: its __init__ runs interpreted
+        self._list = scope["headers"] = list(scope["headers"])
         self._first = dict(reversed(self._list))  # a name sent twice reads as its first value, as in Headers
 
     def __getitem__(self, key: str) -> str:

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import httpx
 
 from gateway.upstream.drafting import Drafting
-from gateway.upstream.usage import ANY_DONE, completion_tokens
+from gateway.upstream.usage import completion_tokens, done_events
 
 
 class TokenMeter(httpx.AsyncByteStream):
@@ -34,6 +34,8 @@ class TokenMeter(httpx.AsyncByteStream):
         self.first = 0.0
         self.last = 0.0
         self.tail = b""  # the last chunk: may carry usage and [DONE]
+        self._read_tail: bytes | None = None  # the tail `counted` searched, and what it found
+        self._count: int | None = None
         self._chunks: AsyncIterator[bytes] = self.stream.__aiter__()
 
     # An iterator of its own rather than an async generator, which mypyc cannot compile.
@@ -56,12 +58,18 @@ class TokenMeter(httpx.AsyncByteStream):
     async def aclose(self) -> None:
         await self.stream.aclose()
 
+    def counted(self) -> int | None:
+        """The usage block's output token count in the last chunk, or None: searched once a tail."""
+        if self._read_tail is not self.tail:
+            self._read_tail, self._count = self.tail, completion_tokens(self.tail)
+        return self._count
+
     def tokens(self) -> int:
         """Output tokens: the usage block's count when the stream has one, else data events."""
-        found = completion_tokens(self.tail)
+        found = self.counted()
         if found is not None:
             return found
-        return self.events - len(ANY_DONE.findall(self.tail))
+        return self.events - done_events(self.tail)
 
     def time_per_token(self) -> float | None:
         """Seconds per output token after the first, or None for too short a stream."""
@@ -101,6 +109,6 @@ class Measurement(NamedTuple):  # a tuple: one per answer, and a frozen dataclas
         ttft, e2e = meter.first - started, meter.last - started
         drafting = Drafting.reported(meter.tail)
         if drafting is None and steps_are_events:
-            drafting = Drafting.of_events(tokens, meter.events, completion_tokens(meter.tail) is not None)
+            drafting = Drafting.of_events(tokens, meter.events, meter.counted() is not None)
         return cls(pool, traffic_class, load, e2e, tokens, True, ttft, per_token(e2e - ttft, tokens), drafting,
                    batch)

@@ -3,6 +3,9 @@ for and hides again, and the measurement of one answer."""
 
 from __future__ import annotations
 
+import asyncio
+import re
+
 import httpx
 import pytest
 
@@ -10,7 +13,7 @@ from backends.serving.answers import SSE_DONE, ResponseBuilder, sse
 from backends.serving.generation import Endpoint
 from gateway.upstream.drafting import Drafting
 from gateway.upstream.meter import Measurement, TokenMeter
-from gateway.upstream.usage import UsageTap, completion_tokens
+from gateway.upstream.usage import UsageTap, completion_tokens, done_events
 
 FINGERPRINT = "vllm-0.32.0-0123abcd"
 
@@ -109,3 +112,26 @@ def test_a_streamed_measurement_is_per_token():
                                       drafting=Drafting(per_step=8.0))  # 16 tokens in 2 events with content
     one = Measurement.of_stream("standard", None, 0, meter, started=10.0, tokens=1)
     assert one.tpot_s is None, "one token has no time per token"
+
+
+DONE_EVENTS = re.compile(rb"data:[ \t]*\[DONE\]")  # the search `done_events` stands for
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"data: [DONE]\n\n", b"data:[DONE]\n\n", b"data: \t [DONE]\r\n\r\n", b"[DONE]", b"x[DONE]",
+    b'data: {"content": "[DONE]"}\n\n', b"data: [DONE]\n\ndata: [DONE]\n\n", b"data:x[DONE]", b"ata: [DONE]",
+    b'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n', b"data:data: [DONE][DONE]",
+])
+def test_done_events_counts_what_the_regex_finds(data):
+    assert done_events(data) == len(DONE_EVENTS.findall(data))
+
+
+def test_a_stream_without_usage_counts_its_events_less_done():
+    chunk = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n' * 3 + b"data:[DONE]\n\n"
+    meter = TokenMeter(httpx.ByteStream(chunk))
+
+    async def read() -> list[bytes]:
+        return [piece async for piece in meter]
+
+    assert asyncio.run(read()) == [chunk]
+    assert meter.events == 4 and meter.counted() is None and meter.tokens() == 3
