@@ -4,10 +4,12 @@ generator in, a decision out. Tables of cases over measured and cold models."""
 from __future__ import annotations
 
 import random
+import statistics
 from collections import Counter
 
 import pytest
 
+from gateway.decide.fastest import normal
 from gateway.decide.features import extract_features
 from gateway.decide.latency import LatencyModel
 from gateway.decide.routing import Decision, decide
@@ -266,3 +268,11 @@ def test_a_guard_verdict_leaves_a_pool_out_only_for_one_that_decodes_plainly(off
     for d in decisions:
         assert ("late" in [e.pool for e in d.fastest.estimates]) == kept
         assert ("'late' is off" in d.reason) and (("but kept" in d.reason) == kept)
+
+
+def test_the_thompson_draws_normal_is_a_standard_normal():
+    rng = random.Random(7)
+    draws = [normal(rng) for _ in range(20000)]
+    assert abs(statistics.fmean(draws)) < 0.03 and abs(statistics.pstdev(draws) - 1.0) < 0.03
+    beyond = sum(abs(d) > 1.96 for d in draws) / len(draws)  # a normal's tails, not a uniform's or a cut one's
+    assert 0.04 < beyond < 0.06 and min(draws) < -3 < 3 < max(draws)
