@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 from contextlib import aclosing
 
 import httpx
@@ -62,11 +63,11 @@ class RelayTimeouts:
 
 
 class _Cut:
-    """Cancels the task it was made in, and knows whether it did."""
+    """Cancels `task` (the relay's), and knows whether it did."""
 
-    def __init__(self) -> None:
+    def __init__(self, task: asyncio.Task[Any] | None) -> None:
         self.fired = False
-        self._task = asyncio.current_task()
+        self._task = task
 
     def _fire(self) -> None:
         if self._task is not None:
@@ -85,15 +86,16 @@ class ClientWatch(_Cut):
     """Cancels the current task when the client disconnects: told by the server
     (DISCONNECT_EXTENSION) where it can, else by a watcher task on `receive`."""
 
-    def __init__(self, receive: Receive, scope: Scope) -> None:
-        super().__init__()
+    def __init__(self, receive: Receive, scope: Scope, task: asyncio.Task[Any] | None,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(task)
         self._closed = False
         self._watcher: asyncio.Future[None] | None = None
         self._told = scope.get("extensions", {}).get(DISCONNECT_EXTENSION)
         if self._told is not None:
             self._told(self._gone)
         else:
-            self._watcher = asyncio.ensure_future(self._watch(receive))
+            self._watcher = loop.create_task(self._watch(receive))
 
     async def _watch(self, receive: Receive) -> None:
         while (await receive())["type"] != "http.disconnect":
@@ -117,11 +119,11 @@ class WriteWatch(_Cut):
     `timeout_s`: the client stopped reading, and must not hold the backend.
     A write only notes when it began; one timer checks now and then."""
 
-    def __init__(self, timeout_s: float) -> None:
-        super().__init__()
+    def __init__(self, timeout_s: float, task: asyncio.Task[Any] | None, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(task)
         self.timeout_s = timeout_s
         self._since: float | None = None  # when the write under way began
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop
         self._timer = self._loop.call_later(timeout_s, self._check)
 
     def bound(self, send: Send) -> Send:
@@ -150,9 +152,9 @@ class _Late(_Cut):
     bound `asyncio.timeout` would set, with one timer and without its context manager
     (which cost a stream ten times what the timer does)."""
 
-    def __init__(self, timeout_s: float) -> None:
-        super().__init__()
-        self._timer = asyncio.get_running_loop().call_later(timeout_s, self._fire)
+    def __init__(self, timeout_s: float, task: asyncio.Task[Any] | None, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(task)
+        self._timer = loop.call_later(timeout_s, self._fire)
 
     def close(self) -> None:
         self._timer.cancel()
@@ -166,11 +168,15 @@ class Relay:
         self.timeouts = timeouts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watch = ClientWatch(receive, scope)
-        writes = WriteWatch(self.timeouts.write_s)
+        # The loop and task, asked once: Python 3.11 asks the kernel for its pid on each
+        # `get_running_loop` (and `current_task` without a loop)
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
+        watch = ClientWatch(receive, scope, task, loop)
+        writes = WriteWatch(self.timeouts.write_s, task, loop)
         outcome = Outcome(CLIENT_CLOSED)
         try:  # whatever raises through here unjudged says nothing of the endpoint
-            await self._exchange(writes.bound(send), outcome)
+            await self._exchange(writes.bound(send), outcome, task, loop)
             outcome.judged = True
         except asyncio.CancelledError:
             stalled = writes.absorb()
@@ -188,7 +194,8 @@ class Relay:
             writes.close()
             await self.exchange.finish(outcome)
 
-    async def _exchange(self, send: Send, outcome: Outcome) -> None:
+    async def _exchange(self, send: Send, outcome: Outcome, task: asyncio.Task[Any] | None,
+                        loop: asyncio.AbstractEventLoop) -> None:
         try:
             opened = await self.exchange.open()
         except GatewayError as exc:
@@ -197,7 +204,7 @@ class Relay:
             return
         outcome.status, outcome.opened = opened.response.status_code, opened
         if opened.response.headers.get("content-type", "").startswith(SSE):
-            await self._relay_stream(send, opened, outcome)
+            await self._relay_stream(send, opened, outcome, task, loop)
         else:
             await self._relay_body(send, opened, outcome)
 
@@ -217,7 +224,8 @@ class Relay:
         await send({"type": "http.response.body", "body": content, "more_body": False})
         outcome.ok = True
 
-    async def _relay_stream(self, send: Send, opened: Opened, outcome: Outcome) -> None:
+    async def _relay_stream(self, send: Send, opened: Opened, outcome: Outcome, task: asyncio.Task[Any] | None,
+                            loop: asyncio.AbstractEventLoop) -> None:
         response = opened.response
         await send({"type": "http.response.start", "status": response.status_code,
                     "headers": response_headers(response.headers, self.exchange.headers())})
@@ -226,7 +234,7 @@ class Relay:
         pacer = self._pacer()
         first: bytes | None = None
         try:  # the transport holds every read to the request's deadline
-            first = await self._first_chunk(chunks, send)
+            first = await self._first_chunk(chunks, send, task, loop)
             if first and pacer is not None:
                 async with aclosing(pacer.pace(_Runs(first, chunks, events))) as runs:
                     async for run in runs:
@@ -262,11 +270,12 @@ class Relay:
             await send({"type": "http.response.body", "body": body, "more_body": True})
             outcome.delivered = self.exchange.request.usage.ended(body)
 
-    async def _first_chunk(self, chunks: AsyncIterator[bytes], send: Send) -> bytes:
-        """Await the first chunk in this task while a timer sends keepalive comments;
+    async def _first_chunk(self, chunks: AsyncIterator[bytes], send: Send, task: asyncio.Task[Any] | None,
+                           loop: asyncio.AbstractEventLoop) -> bytes:
+        """Await the first chunk in `task` (this one) while a timer sends keepalive comments;
         none within `first_chunk_s` is a TimeoutError."""
-        keepalive = _Keepalive(send, self.timeouts.keepalive_s)
-        late = _Late(self.timeouts.first_chunk_s)
+        keepalive = _Keepalive(send, self.timeouts.keepalive_s, loop)
+        late = _Late(self.timeouts.first_chunk_s, task, loop)
         try:
             return await anext(chunks, b"")
         except asyncio.CancelledError:
@@ -284,17 +293,17 @@ class _Keepalive:
     rather than a task: most first tokens come before the first tick, and
     then this costs one scheduled callback."""
 
-    def __init__(self, send: Send, interval: float) -> None:
+    def __init__(self, send: Send, interval: float, loop: asyncio.AbstractEventLoop) -> None:
         self.send = send
         self.interval = interval
-        self.loop = asyncio.get_running_loop()
+        self.loop = loop
         self.sending: asyncio.Future[None] | None = None
         self.timer = self.loop.call_later(interval, self._tick)
 
     def _tick(self) -> None:
         if self.sending is None or self.sending.done():
             message = {"type": "http.response.body", "body": KEEPALIVE_COMMENT, "more_body": True}
-            self.sending = asyncio.ensure_future(self.send(message))
+            self.sending = asyncio.ensure_future(self.send(message), loop=self.loop)
         self.timer = self.loop.call_later(self.interval, self._tick)
 
     async def stop(self) -> None:

@@ -65,6 +65,7 @@ class _ClosedEarly(Exception):
 
 class Connection(asyncio.Protocol):
     def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()  # made by the loop's create_connection; read once, not per wait
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
@@ -176,7 +177,7 @@ class Connection(asyncio.Protocol):
     async def wait_headers(self, read_timeout: float | None, deadline: float | None) -> None:
         while not self.headers_done:
             self._raise_if_broken()
-            await self._wait(*_bounded(read_timeout, deadline))
+            await self._wait(*_bounded(self.loop, read_timeout, deadline))
 
     async def next_chunk(self, timeout: float | None, expiry: Expiry = httpx.ReadTimeout) -> bytes | None:
         while True:
@@ -204,9 +205,8 @@ class Connection(asyncio.Protocol):
             raise httpx.RemoteProtocolError("the connection is closed")
 
     async def _wait(self, timeout: float | None, expiry: Expiry = httpx.ReadTimeout) -> None:
-        loop = asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(timeout, _expire, waiter, expiry) if timeout is not None else None
+        waiter = self._waiter = self.loop.create_future()
+        timer = self.loop.call_later(timeout, _expire, waiter, expiry) if timeout is not None else None
         try:
             await waiter
         finally:
@@ -230,13 +230,13 @@ def _expire(waiter: asyncio.Future[None], expiry: Expiry) -> None:
         waiter.set_exception(expiry(message))
 
 
-def _bounded(read_timeout: float | None, deadline: float | None) -> tuple[float | None, Expiry]:
-    """The wait allowed for one read and what its end raises: the read timeout,
-    cut short by the request's deadline (`extensions["deadline"]`, event-loop
-    time) when it has one."""
+def _bounded(loop: asyncio.AbstractEventLoop, read_timeout: float | None,
+             deadline: float | None) -> tuple[float | None, Expiry]:
+    """The wait allowed for one read and what its end raises: the read timeout, cut
+    short by the request's deadline (`extensions["deadline"]`, `loop`'s time) if any."""
     if deadline is None:
         return read_timeout, httpx.ReadTimeout
-    left = deadline - asyncio.get_running_loop().time()
+    left = deadline - loop.time()
     if left <= 0:
         raise DeadlineReached("the request's total time is up")
     if read_timeout is None or left <= read_timeout:
@@ -262,7 +262,7 @@ class ResponseStream(httpx.AsyncByteStream):
     async def __anext__(self) -> bytes:
         if self._done:  # once closed, the connection may carry another request's answer: never read it again
             raise httpx.StreamClosed()
-        chunk = await self._connection.next_chunk(*_bounded(self._timeout, self._deadline))
+        chunk = await self._connection.next_chunk(*_bounded(self._connection.loop, self._timeout, self._deadline))
         if chunk is None:
             raise StopAsyncIteration
         self._timeout = self._idle_timeout
@@ -332,7 +332,7 @@ class PooledTransport(httpx.AsyncBaseTransport):
         while idle:
             connection = idle.pop()
             if connection.closed or (self._expiry is not None and
-                                     asyncio.get_running_loop().time() - connection.idle_since > self._expiry):
+                                     connection.loop.time() - connection.idle_since > self._expiry):
                 self._discard(connection)
                 continue
             connection.send(payload, head)
@@ -374,7 +374,7 @@ class PooledTransport(httpx.AsyncBaseTransport):
         self._slots[origin].release()
         idle = self._idle.setdefault(origin, [])
         if connection.reusable() and len(idle) < self._max_idle:
-            connection.idle_since = asyncio.get_running_loop().time()
+            connection.idle_since = connection.loop.time()
             idle.append(connection)
         else:
             self._discard(connection)

@@ -28,6 +28,12 @@ async def sent(_: Any) -> None:
     return None
 
 
+def here() -> tuple[asyncio.Task[Any] | None, asyncio.AbstractEventLoop]:
+    """The task and loop the relay hands its timers: the one running."""
+    loop = asyncio.get_running_loop()
+    return asyncio.current_task(loop), loop
+
+
 def relay(first_chunk_s: float = SOON_S) -> Relay:
     timeouts = RelayTimeouts(first_chunk_s=first_chunk_s, keepalive_s=60.0, write_s=60.0)
     return Relay(exchange=None, timeouts=timeouts)  # type: ignore[arg-type]  # the first chunk needs no exchange
@@ -36,7 +42,7 @@ def relay(first_chunk_s: float = SOON_S) -> Relay:
 def test_no_first_chunk_in_time_is_a_timeout() -> None:
     async def run() -> None:
         with pytest.raises(TimeoutError):
-            await relay()._first_chunk(never(), sent)
+            await relay()._first_chunk(never(), sent, *here())
         assert asyncio.current_task().cancelling() == 0  # the cancellation it used is gone
 
     asyncio.run(run())
@@ -44,7 +50,7 @@ def test_no_first_chunk_in_time_is_a_timeout() -> None:
 
 def test_a_first_chunk_in_time_leaves_no_timer_behind() -> None:
     async def run() -> bytes:
-        chunk = await relay()._first_chunk(at_once(), sent)
+        chunk = await relay()._first_chunk(at_once(), sent, *here())
         await asyncio.sleep(SOON_S * 5)  # past the bound: a timer left armed would cancel this task
         return chunk
 
@@ -53,7 +59,10 @@ def test_a_first_chunk_in_time_leaves_no_timer_behind() -> None:
 
 def test_the_client_leaving_while_it_waits_stays_a_cancellation() -> None:
     async def run() -> None:
-        waiting = asyncio.ensure_future(relay(first_chunk_s=60.0)._first_chunk(never(), sent))
+        async def first() -> bytes:  # its timers for the task it runs in
+            return await relay(first_chunk_s=60.0)._first_chunk(never(), sent, *here())
+
+        waiting = asyncio.ensure_future(first())
         await asyncio.sleep(0)
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
