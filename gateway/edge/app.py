@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
+from typing import cast
 
 import httpx
 import structlog
 from starlette.applications import Starlette
+from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp
 
 from gateway.capture.stage import Capture
 from gateway.control.flag_file import FlagFile, restore_initial
@@ -33,7 +37,7 @@ from gateway.edge.admin import AdminAPI
 from gateway.edge.auth import ClientKeys
 from gateway.edge.endpoints import ProxyEndpoints
 from gateway.edge.error_answers import exception_handlers
-from gateway.edge.middleware import FastHandler, HeaderLimitMiddleware, RequestIdMiddleware
+from gateway.edge.middleware import FastHandler, HeaderLimitMiddleware, LastHandler, LastResort, RequestIdMiddleware
 from gateway.edge.tracing import TracingMiddleware, tracer_for
 from gateway.flags import FlagStore, PoolFlag, reason_word
 from gateway.metrics import Children, GatewayMetrics
@@ -281,10 +285,22 @@ class GatewayParts:
         return Response(self.metrics.exposition(), media_type=self.metrics.content_type)
 
 
+class GatewayApp(Starlette):
+    """Starlette, its outermost layer the compiled `LastResort` in place of its
+    ServerErrorMiddleware, with the same handler."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        stack = super().build_middleware_stack()
+        handler = self.exception_handlers.get(Exception)
+        if isinstance(stack, ServerErrorMiddleware) and not self.debug and inspect.iscoroutinefunction(handler):
+            return LastResort(stack.app, cast(LastHandler, handler))  # an HTTP one: the app serves no websockets
+        return stack
+
+
 def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:
     parts = GatewayParts(settings, policy or load_policy(settings.policy))
     routes = parts.routes()
-    app = Starlette(routes=routes, lifespan=parts.lifespan, exception_handlers=dict(exception_handlers()))
+    app = GatewayApp(routes=routes, lifespan=parts.lifespan, exception_handlers=dict(exception_handlers()))
     app.add_middleware(RequestIdMiddleware, hot=fast_paths(routes))
     if parts.tracer.enabled:  # outside the request id's fast path, so that the hot routes are traced too
         app.add_middleware(TracingMiddleware, tracer=parts.tracer)

@@ -1,5 +1,6 @@
-"""The ASGI middleware in front of every route: the header size limit, and
-the request id, path check and fast path."""
+"""The ASGI middleware in front of every route: the last resort for an error
+nothing else answered, the header size limit, and the request id, path check
+and fast path."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from urllib.parse import quote
 
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.edge.endpoints import request_id
 from gateway.edge.error_answers import answer_error
@@ -19,6 +20,44 @@ from gateway.edge.request import EdgeRequest
 from gateway.errors import GatewayError, HeadersTooLarge
 
 FastHandler = Callable[[Request], Awaitable[ASGIApp]]
+LastHandler = Callable[[Request, Exception], Awaitable[ASGIApp]]
+
+
+class LastResort:
+    """Starlette's ServerErrorMiddleware as the gateway uses it (no debug pages, an
+    async handler), compiled: an exception that reached the top is answered by
+    `handler` if no response has started, and raised on for the server to log.
+    Starlette's wraps every `send` in an interpreted closure, a stream's every event."""
+
+    def __init__(self, app: ASGIApp, handler: LastHandler) -> None:
+        self.app = app
+        self.handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        watched = _StartWatch(send)
+        try:
+            await self.app(scope, receive, watched.send)
+        except Exception as exc:
+            response = await self.handler(Request(scope), exc)
+            if not watched.started:
+                await response(scope, receive, send)
+            raise
+
+
+class _StartWatch:
+    """A `send` that notes whether the response has started."""
+
+    def __init__(self, send: Send) -> None:
+        self.started = False
+        self._send = send
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
 
 
 class RequestIdMiddleware:
