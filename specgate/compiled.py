@@ -58,8 +58,9 @@ REQUEST_PATH = (
     "gateway/upstream/answer.py", "gateway/upstream/claim.py", "gateway/upstream/exchange.py",
     "gateway/upstream/headers.py", "gateway/upstream/meter.py", "gateway/upstream/pools.py",
     "gateway/upstream/prefix_map.py", "gateway/upstream/prompt_key.py", "gateway/upstream/proxy.py",
-    "gateway/upstream/relay.py", "gateway/upstream/retry.py", "gateway/upstream/runtime.py",
-    "gateway/upstream/transport.py", "gateway/upstream/upstream.py", "gateway/upstream/usage.py",
+    "gateway/upstream/read_timer.py", "gateway/upstream/relay.py", "gateway/upstream/retry.py",
+    "gateway/upstream/runtime.py", "gateway/upstream/transport.py", "gateway/upstream/upstream.py",
+    "gateway/upstream/usage.py",
 )
 MANIFEST = "manifest.json"
 GROUP = "specgate_compiled"  # the shared library's name: `specgate_compiled__mypyc`

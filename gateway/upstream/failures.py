@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import httpx
 
 from gateway.errors import DeadlineExceeded, UpstreamError, UpstreamTimeout, UpstreamUnreachable
-from gateway.upstream.transport import DeadlineReached
+from gateway.upstream.read_timer import DeadlineReached
 
 # Before the answer's headers, only these are a timeout: a connect timeout is an
 # unreachable endpoint (and another one may be tried).

@@ -36,7 +36,7 @@ from gateway.upstream.pools import Endpoint, Lease, Pool
 from gateway.upstream.prompt_key import PromptKey
 from gateway.upstream.queue import Evicted, Ticket, WaitQueue, wait
 from gateway.upstream.queue_metrics import QueueMetrics
-from gateway.upstream.transport import DeadlineReached
+from gateway.upstream.read_timer import DeadlineReached
 from gateway.upstream.upstream import Upstream
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})

@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 from contextlib import aclosing
+from typing import Any
 
 import httpx
 from starlette.types import Message, Receive, Scope, Send

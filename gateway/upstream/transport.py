@@ -46,17 +46,11 @@ import httptools
 import httpx
 
 from gateway.upstream.answer import Answer
+from gateway.upstream.read_timer import DeadlineReached, Expiry, ReadTimer
 
 Origin = tuple[bytes, bytes, int]
 HIGH_WATER = 256 * 1024  # pause reading past this much unconsumed body
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # sent with a Content-Length even when empty, as httpx does
-
-
-class DeadlineReached(httpx.ReadTimeout):
-    """A read cut by the request's own deadline, not by the backend's silence."""
-
-
-Expiry = type[httpx.ReadTimeout]  # what a read that waited too long raises
 
 
 class _ClosedEarly(Exception):
@@ -66,6 +60,7 @@ class _ClosedEarly(Exception):
 class Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()  # made by the loop's create_connection; read once, not per wait
+        self.timer = ReadTimer(self.loop)
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
@@ -108,6 +103,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.timer.close()
         if not self.complete and self.error is None:
             self.error = _ClosedEarly() if not self.received_any else httpx.RemoteProtocolError(
                 "the server closed the connection mid-response")
@@ -197,6 +193,7 @@ class Connection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.close()
         self.closed = True
+        self.timer.close()
 
     def _raise_if_broken(self) -> None:
         if self.error is not None:
@@ -206,13 +203,13 @@ class Connection(asyncio.Protocol):
 
     async def _wait(self, timeout: float | None, expiry: Expiry = httpx.ReadTimeout) -> None:
         waiter = self._waiter = self.loop.create_future()
-        timer = self.loop.call_later(timeout, _expire, waiter, expiry) if timeout is not None else None
+        if timeout is not None:
+            self.timer.watch(waiter, timeout, expiry)
         try:
             await waiter
         finally:
             self._waiter = None
-            if timer is not None:
-                timer.cancel()
+            self.timer.unwatch()
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -221,13 +218,6 @@ class Connection(asyncio.Protocol):
     def _abort(self) -> None:
         if self.transport is not None:
             self.transport.abort()
-
-
-def _expire(waiter: asyncio.Future[None], expiry: Expiry) -> None:
-    if not waiter.done():
-        message = ("the request's total time is up" if expiry is DeadlineReached
-                   else "no data from the server within the read timeout")
-        waiter.set_exception(expiry(message))
 
 
 def _bounded(loop: asyncio.AbstractEventLoop, read_timeout: float | None,
