@@ -131,7 +131,9 @@ class Recorder:
         self.homes = homes  # where each completed Responses answer lives
         self.class_latency = class_latency
         self.sinks: list[Sink] = [*([] if class_latency is None else [self._class_timing]), *sinks]
-        self.log = structlog.get_logger("specgate.request")
+        # bound now, not on each line through structlog's lazy proxy (two interpreted frames a
+        # request): the app is built after `configure_logging`, whose loggers are cached on first use
+        self.log = structlog.get_logger("specgate.request").bind()
         self._requests, self._duration = Children(metrics.requests), Children(metrics.duration)
         self._ttfb, self._in_flight = Children(metrics.ttfb), Children(metrics.in_flight)
 
