@@ -21,6 +21,7 @@ started, the collector is tuned as `specgate serve` tunes it (specgate/server.py
     python bench/request_path.py --modes stream --profile   # and where the time went, by self time
     python bench/request_path.py --compiled   # and the app with its request path compiled (`specgate compile`)
     python bench/request_path.py --instructions --modes json --rounds 2 --requests 500
+    python bench/request_path.py --instructions --event I1mr --compiled   # L1 instruction-cache misses
 
 `--instructions` counts instructions instead of timing: each target runs under valgrind's callgrind
 with its instrumentation on only while a round's requests run, and a row gives thousands of
@@ -28,6 +29,10 @@ instructions per request. A count does not move with the host's load, so two cod
 they do, not by what else ran: a change of a percent shows, where CPU time spreads by ten. It is
 about 50 times slower, so a few hundred requests a round do; streams vary by a few percent with
 how the backend's events arrive in reads, a non-streamed request by a fraction of one.
+
+`--event` counts another of callgrind's events per request instead, with its simulation of the
+caches (32 KB L1 caches, 8-way) and of branch prediction on: where a request's cycles go beyond its
+instructions. Its predictors are simpler than a CPU's, so its mispredicted branches are an upper bound.
 """
 
 from __future__ import annotations
@@ -113,13 +118,20 @@ async def call(app: Any, body: bytes) -> int:
     return status
 
 
-class Instructions:
-    """This process's instructions, counted by callgrind while `on` (the process runs
-    under `valgrind --tool=callgrind --instr-atstart=no`; callgrind_control switches it)."""
+EVENTS = {"Ir": "instructions", "I1mr": "L1 instruction-cache misses", "D1mr": "L1 data-cache read misses",
+          "D1mw": "L1 data-cache write misses", "Bcm": "mispredicted conditional branches",
+          "Bim": "mispredicted indirect branches"}
+SIMULATED = ["--cache-sim=yes", "--branch-sim=yes"]  # what callgrind needs to count any event but Ir
 
-    def __init__(self, out: Path) -> None:
+
+class Instructions:
+    """This process's count of `event` (instructions by default), by callgrind while `on` (the process
+    runs under `valgrind --tool=callgrind --instr-atstart=no`; callgrind_control switches it)."""
+
+    def __init__(self, out: Path, event: str = "Ir") -> None:
         self.pid = str(os.getpid())
         self.out = out  # the --callgrind-out-file the parent gave, with %p as this pid
+        self.event = event
         self.dumps = 0
 
     def _control(self, *args: str) -> None:
@@ -130,13 +142,14 @@ class Instructions:
         self._control("--instr=on")
 
     def off(self) -> int:
-        """The instructions since `on`."""
+        """The count since `on`."""
         self._control("--instr=off")
         self._control("--dump")
         self.dumps += 1
-        dump = Path(str(self.out).replace("%p", self.pid) + f".{self.dumps}")
-        totals = next(line for line in dump.read_text().splitlines() if line.startswith("totals:"))
-        return int(totals.split()[1])
+        dump = Path(str(self.out).replace("%p", self.pid) + f".{self.dumps}").read_text().splitlines()
+        events = next(line for line in dump if line.startswith("events:")).split()[1:]
+        totals = next(line for line in dump if line.startswith("totals:")).split()[1:]
+        return int(totals[events.index(self.event)]) if self.event in events[:len(totals)] else 0
 
 
 async def measure(app: Any, stream: bool, concurrency: int, requests: int,
@@ -154,10 +167,10 @@ async def measure(app: Any, stream: bool, concurrency: int, requests: int,
             if await call(app, body) != 200:
                 failed += 1
 
-    if counter is not None:
+    if counter is not None:  # instructions in thousands, any other event one by one
         counter.on()
         await asyncio.gather(*(caller() for _ in range(concurrency)))
-        return counter.off() / 1000 / requests, failed
+        return counter.off() / (1000 if counter.event == "Ir" else 1) / requests, failed
     start = time.thread_time()
     await asyncio.gather(*(caller() for _ in range(concurrency)))
     return 1e6 * (time.thread_time() - start) / requests, failed
@@ -185,7 +198,7 @@ async def run_rounds(policy: Path, args: argparse.Namespace, out: Any) -> None:
             for concurrency in args.concurrency:
                 await measure(app, mode == "stream", concurrency, min(args.requests, 500))  # warm
         profile = cProfile.Profile() if args.profile else None
-        counter = Instructions(args.callgrind_out) if args.callgrind_out is not None else None
+        counter = Instructions(args.callgrind_out, args.event) if args.callgrind_out is not None else None
         for _ in range(args.rounds):
             for mode in args.modes.split(","):
                 for concurrency in args.concurrency:
@@ -231,6 +244,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--instructions", action="store_true",
                         help="count thousands of instructions per request under valgrind's callgrind instead "
                              "of timing (Debian's valgrind; about 50x slower: use a few hundred requests)")
+    parser.add_argument("--event", choices=list(EVENTS), default="Ir",
+                        help="with --instructions, the callgrind event counted per request: "
+                             + ", ".join(f"{k} ({v})" for k, v in EVENTS.items())
+                             + "; any but Ir turns on its cache and branch simulation (default Ir)")
     parser.add_argument("--top", type=int, default=40, help="rows of the profile (default 40)")
     parser.add_argument("--policy", type=Path, help=argparse.SUPPRESS)  # a baseline's, from the parent
     parser.add_argument("--lockstep", action="store_true", help=argparse.SUPPRESS)
@@ -279,6 +296,8 @@ def main() -> None:
         sys.exit("--instructions needs valgrind and callgrind_control: apt-get install -y valgrind")
     if args.instructions and args.profile:
         sys.exit("--instructions and --profile measure different things: ask for one of them")
+    if args.event != "Ir" and not args.instructions:
+        sys.exit(f"--event {args.event} is counted by callgrind: ask for --instructions as well")
     if args.compiled:
         from specgate.compiled import default_build_dir, read_build
         if not read_build(default_build_dir(ROOT), ROOT)[0]:
@@ -302,11 +321,12 @@ def main() -> None:
             if args.compiled and compile_tree(trees["baseline"], dict(os.environ)):
                 trees["baseline (compiled)"] = trees["baseline"]
         passed = [f"--requests={args.requests}", f"--rounds={args.rounds}", f"--modes={args.modes}",
-                  "--concurrency=" + ",".join(map(str, args.concurrency)), f"--top={args.top}",
+                  "--concurrency=" + ",".join(map(str, args.concurrency)), f"--top={args.top}", f"--event={args.event}",
                   *(["--profile"] if args.profile else [])]
         for index, ((name, tree), loop) in enumerate(itertools.product(trees.items(), args.loops)):
             out = tmp / f"callgrind-{index}.%p"
-            under = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+            under = ["valgrind", "--tool=callgrind", *(SIMULATED if args.event != "Ir" else []),
+                     "--instr-atstart=no", f"--callgrind-out-file={out}",
                      "--log-file=" + str(tmp / f"valgrind-{index}.log")] if args.instructions else []
             targets[name if len(args.loops) == 1 else f"{name} ({loop})"] = subprocess.Popen(
                 [*under, sys.executable, str(HERE / "request_path.py"), *passed, f"--policy={policy}", "--lockstep",
@@ -323,7 +343,8 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
-    print(table(rows, list(targets), "k instructions/req" if args.instructions else "µs/req"))
+    unit = "µs/req" if not args.instructions else "k instructions/req" if args.event == "Ir" else f"{args.event}/req"
+    print(table(rows, list(targets), unit))
 
 
 def interleave(targets: dict[str, subprocess.Popen], args: argparse.Namespace) -> list[dict[str, Any]]:

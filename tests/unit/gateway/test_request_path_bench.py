@@ -73,3 +73,17 @@ def test_instructions_are_counted_per_request_under_callgrind() -> None:
 def test_instructions_and_a_profile_are_not_asked_together() -> None:
     run = bench("--instructions", "--profile", timeout=60)
     assert run.returncode == 1 and "ask for one of them" in run.stderr, run.stderr
+
+
+def test_another_event_is_counted_per_request_with_the_caches_simulated() -> None:
+    run = bench("--instructions", "--event", "I1mr", "--requests", "20", "--rounds", "1", "--modes", "json",
+                "--concurrency", "2")
+    assert "gateway I1mr/req (rounds)" in header_of(run), run.stdout
+    row = next(line for line in run.stdout.splitlines() if line.startswith("| json |"))
+    misses = float(row.strip("|").split("|")[2])
+    assert misses > 100, row  # a request through the app misses the L1 instruction cache thousands of times
+
+
+def test_an_event_is_counted_only_under_callgrind() -> None:
+    run = bench("--event", "Bcm", timeout=60)
+    assert run.returncode == 1 and "ask for --instructions as well" in run.stderr, run.stderr
