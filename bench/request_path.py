@@ -292,12 +292,7 @@ def main() -> None:
         with runner(args.loops[0]) as run:
             run.run(run_rounds(args.policy, args, sys.stdout))
         return
-    if args.instructions and not (shutil.which("valgrind") and shutil.which("callgrind_control")):
-        sys.exit("--instructions needs valgrind and callgrind_control: apt-get install -y valgrind")
-    if args.instructions and args.profile:
-        sys.exit("--instructions and --profile measure different things: ask for one of them")
-    if args.event != "Ir" and not args.instructions:
-        sys.exit(f"--event {args.event} is counted by callgrind: ask for --instructions as well")
+    refuse_what_cannot_run(args)
     if args.compiled:
         from specgate.compiled import default_build_dir, read_build
         if not read_build(default_build_dir(ROOT), ROOT)[0]:
@@ -345,6 +340,15 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     unit = "µs/req" if not args.instructions else "k instructions/req" if args.event == "Ir" else f"{args.event}/req"
     print(table(rows, list(targets), unit))
+
+
+def refuse_what_cannot_run(args: argparse.Namespace) -> None:
+    if args.instructions and not (shutil.which("valgrind") and shutil.which("callgrind_control")):
+        sys.exit("--instructions needs valgrind and callgrind_control: apt-get install -y valgrind")
+    if args.instructions and args.profile:
+        sys.exit("--instructions and --profile measure different things: ask for one of them")
+    if args.event != "Ir" and not args.instructions:
+        sys.exit(f"--event {args.event} is counted by callgrind: ask for --instructions as well")
 
 
 def interleave(targets: dict[str, subprocess.Popen], args: argparse.Namespace) -> list[dict[str, Any]]:
