@@ -314,6 +314,6 @@ def _check_sendable(path: str, chain: list[Upstream]) -> None:
     refuses) is a 400 before anything is leased. One parse, on the longest URL."""
     longest = max((e for upstream in chain for e in upstream.pool.endpoints), key=lambda e: len(e.url))
     try:
-        longest.url_for(path)
+        longest.target_for(path)
     except httpx.InvalidURL as exc:
         raise InvalidRequest(f"the request path cannot be forwarded: {exc}", param="path") from None

@@ -3,14 +3,18 @@
 generation request asks for half a dozen headers, most of them absent
 (`x-request-id`, the priority and routing headers, a session header), and in
 Starlette's list each miss scanned every header and raised and caught a
-`KeyError`."""
+`KeyError`.
+
+Its `__init__` sets what Starlette's `Request.__init__` and `HTTPConnection.__init__`
+set, written out where it may run compiled (two interpreted frames a request);
+tests/unit/gateway/test_edge_request.py holds it to Starlette's."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from starlette.datastructures import Headers
-from starlette.requests import Request
+from starlette.requests import Request, empty_send
 from starlette.types import Receive, Scope
 
 
@@ -37,9 +41,20 @@ class HeaderMap(Headers):
 
 class EdgeRequest(Request):
     def __init__(self, scope: Scope, receive: Receive) -> None:
-        super().__init__(scope, receive)
+        if scope["type"] != "http":
+            raise ValueError("an EdgeRequest is an HTTP request's")
+        self.scope = scope
+        self._receive = receive
+        self._send = empty_send
+        self._stream_consumed = False
+        self._is_disconnected = False
+        self._form = None
         self._header_map = HeaderMap(scope)
 
     @property
     def headers(self) -> Headers:
         return self._header_map
+
+    @property
+    def receive(self) -> Receive:
+        return self._receive

@@ -42,6 +42,7 @@ from gateway.policy.pools import PoolSpec
 from gateway.upstream.balance import Balancer, Choice, LeastOutstanding, PrefixAffinity
 from gateway.upstream.prompt_key import PromptKey
 from gateway.upstream.queue import WaitQueue
+from gateway.upstream.target import Target
 
 UNLIMITED = 1 << 30  # the room of an endpoint without an in-flight limit
 CONFIRM_S = 1.0  # after a failed health check, the next comes within this (at most the pool's interval)
@@ -59,17 +60,17 @@ class Endpoint:
     ejected_until: float = 0.0
     backoff_s: float = 0.0
     trial_in_flight: bool = False  # the one request allowed while half-open
-    _urls: dict[str, httpx.URL] = field(default_factory=dict, repr=False)
+    _targets: dict[str, Target] = field(default_factory=dict, repr=False)
 
-    def url_for(self, path: str) -> httpx.URL:
-        """The parsed URL of `path` on this endpoint. Parsing a URL is a visible
+    def target_for(self, path: str) -> Target:
+        """Where `path` on this endpoint goes, its URL parsed. Parsing a URL is a visible
         share of a proxied request's cost, and the hot paths repeat: cache a few."""
-        url = self._urls.get(path)
-        if url is None:
-            url = httpx.URL(self.url + path)
-            if len(self._urls) < 16 and "?" not in path:
-                self._urls[path] = url
-        return url
+        target = self._targets.get(path)
+        if target is None:
+            target = Target(httpx.URL(self.url + path))
+            if len(self._targets) < 16 and "?" not in path:
+                self._targets[path] = target
+        return target
 
     def ejected(self) -> bool:
         return self.ejected_until > 0.0

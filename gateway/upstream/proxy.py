@@ -37,6 +37,7 @@ from gateway.upstream.prompt_key import PromptKey
 from gateway.upstream.queue import Evicted, Ticket, WaitQueue, wait
 from gateway.upstream.queue_metrics import QueueMetrics
 from gateway.upstream.read_timer import DeadlineReached
+from gateway.upstream.target import Target
 from gateway.upstream.upstream import Upstream
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
@@ -246,7 +247,7 @@ class Forwarder:
                 upstream.budget.deposit()
             tried.append(lease.endpoint)
             try:
-                response = await upstream.send(outbound.method, _url(lease.endpoint, outbound.path),
+                response = await upstream.send(outbound.method, _target(lease.endpoint, outbound.path),
                                                outbound.headers, outbound.body, timeouts, outbound.deadline)
             except UnicodeEncodeError as exc:  # a header that is not ASCII, before anything went; the edge checks first
                 raise InvalidRequest(f"the request cannot be forwarded: {exc}") from None
@@ -285,10 +286,10 @@ class Forwarder:
         return True
 
 
-def _url(endpoint: Endpoint, path: str) -> httpx.URL:
+def _target(endpoint: Endpoint, path: str) -> Target:
     """`path` on `endpoint`, or a 400 when httpx cannot parse it; the edge checks for this first."""
     try:
-        return endpoint.url_for(path)
+        return endpoint.target_for(path)
     except httpx.InvalidURL as exc:
         raise InvalidRequest(f"the request cannot be forwarded: {exc}") from None
 

@@ -47,8 +47,9 @@ import httpx
 
 from gateway.upstream.answer import Answer
 from gateway.upstream.read_timer import DeadlineReached, Expiry, ReadTimer
+from gateway.upstream.slots import Slots
+from gateway.upstream.target import Origin, Target
 
-Origin = tuple[bytes, bytes, int]
 HIGH_WATER = 256 * 1024  # pause reading past this much unconsumed body
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # sent with a Content-Length even when empty, as httpx does
 
@@ -272,16 +273,16 @@ class PooledTransport(httpx.AsyncBaseTransport):
         self._max_idle = limits.max_keepalive_connections if limits.max_keepalive_connections is not None \
             else self._max_connections
         self._idle: dict[Origin, list[Connection]] = {}
-        self._slots: dict[Origin, asyncio.Semaphore] = {}
+        self._slots: dict[Origin, Slots] = {}
         self._open: set[Connection] = set()
 
-    async def send(self, method: str, url: httpx.URL, headers: Sequence[tuple[str, str]], body: bytes,
+    async def send(self, method: str, target: Target, headers: Sequence[tuple[str, str]], body: bytes,
                    timeouts: Mapping[str, float | None], deadline: float | None) -> Answer:
         """The proxy's way in: the request written straight from its parts, the response read
         as an `Answer`, no httpx model on either side. A header that is not ASCII raises
         `UnicodeEncodeError` before anything is taken or sent."""
-        payload = _message(method, url, headers, body)
-        origin, connection = await self._start(url, method, payload, timeouts, deadline)
+        payload = _message(method, target, headers, body)
+        origin, connection = await self._start(target.origin, method, payload, timeouts, deadline)
         return Answer(connection.status, connection.headers,
                       ResponseStream(self, origin, connection, timeouts.get("read"), deadline, timeouts.get("idle")))
 
@@ -290,25 +291,22 @@ class PooledTransport(httpx.AsyncBaseTransport):
         httpx's client attaches the request to any error."""
         headers = [(name.decode("ascii"), value.decode("ascii")) for name, value in request.headers.raw
                    if name.lower() not in (b"host", b"content-length")]
-        answer = await self.send(request.method, request.url, headers, await request.aread(),
+        answer = await self.send(request.method, Target(request.url), headers, await request.aread(),
                                  request.extensions.get("timeout", {}), request.extensions.get("deadline"))
         return httpx.Response(answer.status_code, headers=answer.headers.raw, stream=answer.stream,
                               extensions={"http_version": b"HTTP/1.1"})
 
-    async def _start(self, url: httpx.URL, method: str, payload: bytes, timeouts: Mapping[str, Any],
+    async def _start(self, origin: Origin, method: str, payload: bytes, timeouts: Mapping[str, Any],
                      deadline: float | None) -> tuple[Origin, Connection]:
         """A free slot of the origin's, then the request sent and its headers read."""
-        origin: Origin = (url.raw_scheme, url.raw_host, url.port or (443 if url.scheme == "https" else 80))
         slots = self._slots.get(origin)
         if slots is None:
-            slots = self._slots[origin] = asyncio.Semaphore(self._max_connections)
-        if slots.locked():  # only a full pool waits, bounded by the pool timeout
+            slots = self._slots[origin] = Slots(self._max_connections)
+        if not slots.take():  # only a full pool waits, bounded by the pool timeout
             try:
-                await asyncio.wait_for(slots.acquire(), timeouts.get("pool"))
-            except asyncio.TimeoutError:
+                await slots.wait(asyncio.get_running_loop(), timeouts.get("pool"))
+            except TimeoutError:
                 raise httpx.PoolTimeout("no free connection slot within the pool timeout") from None
-        else:  # a free slot is taken at once: wait_for would wrap it in a task and a turn of the loop
-            await slots.acquire()
         try:
             return origin, await self._exchange(origin, method, payload, timeouts, deadline)
         except BaseException:
@@ -380,11 +378,11 @@ class PooledTransport(httpx.AsyncBaseTransport):
         self._idle.clear()
 
 
-def _message(method: str, url: httpx.URL, headers: Sequence[tuple[str, str]], body: bytes) -> bytes:
+def _message(method: str, target: Target, headers: Sequence[tuple[str, str]], body: bytes) -> bytes:
     """The request as it goes on the wire, with the `Host` and `Content-Length` httpx would
     add (a body, or a method that carries one, gets its length)."""
     lines = "".join(f"{name}: {value}\r\n" for name, value in headers)
     if body or method in BODY_METHODS:
         lines += f"Content-Length: {len(body)}\r\n"
-    return (method.encode("ascii") + b" " + (url.raw_path or b"/") + b" HTTP/1.1\r\nHost: " + url.netloc
+    return (method.encode("ascii") + b" " + target.path + b" HTTP/1.1\r\nHost: " + target.host
             + b"\r\n" + lines.encode("ascii") + b"\r\n" + body)

@@ -9,6 +9,7 @@ import httpx
 from gateway.upstream.answer import Answer
 from gateway.upstream.pools import Pool
 from gateway.upstream.retry import RetryBudget
+from gateway.upstream.target import Target
 from gateway.upstream.transport import PooledTransport
 
 
@@ -32,14 +33,14 @@ class Upstream:
         self.budget = RetryBudget(pool.spec.retry.budget_ratio)
         self._pooled = self.transport if isinstance(self.transport, PooledTransport) else None
 
-    async def send(self, method: str, url: httpx.URL, headers: Sequence[tuple[str, str]], body: bytes,
+    async def send(self, method: str, target: Target, headers: Sequence[tuple[str, str]], body: bytes,
                    timeouts: Mapping[str, float | None], deadline: float | None) -> Answer:
         """One request to one of the pool's endpoints, its response's headers read. Any
         other httpx transport (a test's `MockTransport`) is reached through an
         `httpx.Request`, whose encoding errors are the same `UnicodeEncodeError`s."""
         if self._pooled is not None:
-            return await self._pooled.send(method, url, headers, body, timeouts, deadline)
-        request = httpx.Request(method, url, headers=headers, content=body,
+            return await self._pooled.send(method, target, headers, body, timeouts, deadline)
+        request = httpx.Request(method, target.url, headers=headers, content=body,
                                 extensions={"timeout": dict(timeouts), "deadline": deadline})
         return Answer.of(await self.transport.handle_async_request(request))
 

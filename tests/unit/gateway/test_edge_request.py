@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from starlette.datastructures import Headers
+from starlette.requests import Request
 
 from gateway.edge.paths import KnownTargets, normalise_target
 from gateway.edge.request import EdgeRequest, HeaderMap
@@ -38,6 +39,26 @@ def test_the_edge_request_reads_its_headers_through_the_map() -> None:
     request = EdgeRequest({"type": "http", "headers": RAW}, receive=None)  # type: ignore[arg-type]  # no body is read
     assert isinstance(request.headers, HeaderMap)
     assert request.headers.get("x-dup") == "first"
+
+
+async def _receive() -> dict:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+def test_the_edge_request_is_built_as_starlettes_request_is() -> None:
+    """Its `__init__` is Starlette's, written out: the same state, so every method of
+    Starlette's `Request` (body, stream, json, form, is_disconnected) reads it as its own."""
+    scope = {"type": "http", "headers": RAW}
+    ours, theirs = EdgeRequest(dict(scope), _receive), Request(dict(scope), _receive)
+    state = {k: v for k, v in vars(ours).items() if k != "_header_map"}
+    assert state.keys() == vars(theirs).keys()
+    assert {k: v for k, v in state.items() if k != "scope"} == {k: v for k, v in vars(theirs).items() if k != "scope"}
+    assert ours.receive is _receive and ours.scope["headers"] == RAW
+
+
+def test_an_edge_request_is_an_http_requests_only() -> None:
+    with pytest.raises(ValueError):
+        EdgeRequest({"type": "websocket", "headers": RAW}, _receive)
 
 
 def test_known_targets_are_normalised_as_the_function_does() -> None:

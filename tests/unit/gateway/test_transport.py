@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 
+from gateway.upstream.target import Target
 from gateway.upstream.transport import PooledTransport
 from tests.fakes.vllm import FakeVllm
 
@@ -59,7 +60,7 @@ async def exchange(transport: PooledTransport, url: str, read: float = 5.0,
             return response.status_code, await response.aread()
         finally:
             await response.aclose()
-    answer = await transport.send("POST", httpx.URL(url + "/v1/x"), [], b"{}",
+    answer = await transport.send("POST", Target(httpx.URL(url + "/v1/x")), [], b"{}",
                                   {"connect": 2, "read": read, "pool": 2}, None)
     try:
         return answer.status_code, await answer.aread()
@@ -89,7 +90,7 @@ def test_send_writes_what_httpx_would(method, headers, body):
         async with RawServer(handler) as url:
             target = httpx.URL(url + "/v1/x?q=1")
             ours = PooledTransport()
-            answer = await ours.send(method, target, headers, body, {"read": 5}, None)
+            answer = await ours.send(method, Target(target), headers, body, {"read": 5}, None)
             assert (answer.status_code, await answer.aread()) == (200, b"ok")
             await ours.aclose()
             async with httpx.AsyncHTTPTransport() as theirs:
@@ -380,7 +381,7 @@ def test_a_closed_answer_is_never_read_again():
                                       b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecond"))
         async with server as url:
             transport = PooledTransport()
-            first = await transport.send("POST", httpx.URL(url + "/v1/x"), [], b"{}", {"read": 5}, None)
+            first = await transport.send("POST", Target(httpx.URL(url + "/v1/x")), [], b"{}", {"read": 5}, None)
             assert await first.aread() == b"first"
             assert await exchange(transport, url) == (200, b"second")  # on the same connection
             with pytest.raises(httpx.StreamClosed):
