@@ -71,7 +71,8 @@ def test_release_hands_over_without_waiting_for_the_ttl(redis_url: str) -> None:
             b.start()
             await a.die()
             await a.leader.release()
-            assert await a.store.client.get("specgate:t:guard:lease") is None
+            # free, or already b's: a host stalled past the 0.6 s TTL may have let b take it first
+            assert await a.store.client.get("specgate:t:guard:lease") in (None, b.leader.holder.encode())
             await b.leads()
     asyncio.run(main())
 
