@@ -1,17 +1,5 @@
-"""structlog set-up: one JSON object per line on stderr.
-
-Every line is rendered by one processor, `render_line`: the level, a UTC ISO
-8601 timestamp, a traceback where one was passed, and the JSON. The request
-line runs once per request, and structlog's chain of four processors (one
-call, one dict update and one `datetime` each) cost about twice what the line
-itself does; the line and its keys are the same as that chain wrote.
-
-The JSON is orjson's: the standard library's encoder builds a new C encoder
-and a dict of the objects it has seen on every call, and writes each float
-through its repr, which made it a twentieth of a request's instructions. A
-line orjson cannot write (an integer past 64 bits, a key that is not a
-string, a string that is not valid Unicode) is written by the standard
-library's, as before. Text outside ASCII is written as UTF-8, not escaped.
+"""structlog set-up: one JSON object per line on stderr, rendered by one
+processor (gateway/log_line.py).
 
 The loggers are structlog's filtering bound loggers but for `info`, `warning`
 and `error`, which run in one frame (`filtering_logger`): structlog's go
@@ -23,52 +11,16 @@ configured ones, so `structlog.testing.capture_logs` sees every event as before.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 import structlog
 from structlog.exceptions import DropEvent
-from structlog.processors import format_exc_info
-from structlog.typing import EventDict, FilteringBoundLogger, WrappedLogger
+from structlog.typing import FilteringBoundLogger
 
-LEVELS = {"warn": "warning", "exception": "error"}  # structlog's names for these methods' level
-
-
-class Clock:
-    """A UTC ISO 8601 timestamp with microseconds, its date and time of day formatted once a second."""
-
-    def __init__(self) -> None:
-        self._second = -1
-        self._prefix = ""
-
-    def __call__(self) -> str:
-        second, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
-        if second != self._second:
-            self._second, self._prefix = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        return f"{self._prefix}.{nanoseconds // 1000:06d}Z"
-
-
-def render_line(clock: Clock) -> structlog.typing.Processor:
-    """The processor that turns an event into its JSON line."""
-    encode = json.JSONEncoder(default=repr).encode  # a value JSON lacks is written as its repr
-    fast, options = orjson.dumps, orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME  # those: repr
-
-    def render(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
-        event_dict["level"] = LEVELS.get(method_name, method_name)
-        event_dict["timestamp"] = clock()
-        if "exc_info" in event_dict:
-            event_dict = format_exc_info(logger, method_name, event_dict)
-        try:
-            return fast(event_dict, default=repr, option=options).decode()
-        except TypeError:  # orjson.JSONEncodeError: what only the standard library writes
-            return encode(event_dict)
-
-    return render
+from gateway.log_line import Clock, render_line
 
 
 def configure_logging(level: str = "info") -> None:

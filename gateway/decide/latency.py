@@ -113,9 +113,11 @@ class LatencyModel:
         self._pairs: OrderedDict[tuple[str, str], Pair] = OrderedDict()
         self._pools: dict[str, Pair] = {}  # every answer of the pool, whatever its class
         self._unseen: dict[str, Pair] = {}  # per pool, a class with no answers yet, anchored on its curve
-        self._prior_tables: dict[Schedule, tuple[list[float], list[float]]] = {}
+        self._prior_tables: tuple[list[float], list[float]] | None = None
         self._scale = [1.0, 1.0]  # measured over prior, TTFT and step time, across the pools that answered
-        self._cold: dict[Schedule, Pair] = {}
+        # A schedule's cold curve, keyed by its ranges: a tuple's hash is C's, a Schedule's a Python call
+        # (a pool no answer timed, every non-streamed one's, is read twice a candidate per request)
+        self._cold: dict[tuple[tuple[int, int, int], ...], tuple[Schedule, Pair]] = {}
         self._step_costs: dict[tuple[float, int], float] = {}  # (batch, drafts) -> a drafting step over a plain one
         self._costs: dict[str, list[tuple[float, int]]] = {}  # per pool, that and drafts at each bucket's load + 1
         self._answers: dict[str, float] = {}  # per pool, the mean output tokens of its answers, forgetting
@@ -347,24 +349,24 @@ class LatencyModel:
             scale.append(min(max(ratio, SCALE_BOUNDS[0]), SCALE_BOUNDS[1]))
         if any(abs(new / old - 1) > 0.02 for new, old in zip(scale, self._scale, strict=True)):
             self._scale = scale
-            for schedule, cold in self._cold.items():
+            for schedule, cold in self._cold.values():
                 cold.updated = self._clock()  # classes anchored on it refit
                 self._fit_pool(cold, schedule)
 
     def _priors_of(self, schedule: Schedule) -> tuple[list[float], list[float]]:
         """The prior TTFT and plain-step tables by load bucket (the same for every schedule:
         the tables keep plain-equivalent step times, `_per_plain_step` turns them into TPOT)."""
-        tables = self._prior_tables.get(Schedule())
+        tables = self._prior_tables
         if tables is None:
-            tables = self._prior_tables[Schedule()] = ([self.priors.ttft(load) for load in self._loads],
-                                                        [self.priors.step(load, 0) for load in self._loads])
+            tables = self._prior_tables = ([self.priors.ttft(load) for load in self._loads],
+                                           [self.priors.step(load, 0) for load in self._loads])
         return tables
 
     def _cold_curve(self, schedule: Schedule) -> Pair:
-        cold = self._cold.get(schedule)
+        cold = self._cold.get(schedule.ranges)
         if cold is None:
-            cold = self._cold[schedule] = self._fit_pool(Pair(self._buckets), schedule)
-        return cold
+            cold = self._cold[schedule.ranges] = (schedule, self._fit_pool(Pair(self._buckets), schedule))
+        return cold[1]
 
     def _fit_pool(self, curve: Pair, schedule: Schedule) -> Pair:
         w0, spread2 = self.priors.weight, self.priors.relative_stddev ** 2

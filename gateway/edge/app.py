@@ -44,7 +44,7 @@ from gateway.metrics import Children, GatewayMetrics
 from gateway.policy.compiled import Policy
 from gateway.policy.loader import load_policy
 from gateway.settings import Settings
-from gateway.state.fleet_load import NOWHERE, FleetLoad, LocalCounts
+from gateway.state.fleet_load import FleetLoad, LocalCounts, nowhere
 from gateway.state.overrides import SharedOverrides
 from gateway.state.shared_learning import Observation, SharedLearning
 from gateway.state.store import StateStore
@@ -78,7 +78,7 @@ class GatewayParts:
         self._acceptance = Children(self.metrics.acceptance)  # set on every speculative answer
         self.state = state_store(settings, self.metrics)  # before the parts that share through it
         self.fleet, self.learning = self._shared_routing()
-        self.runtime = Runtime(policy, others=self.fleet.others if self.fleet is not None else lambda: NOWHERE,
+        self.runtime = Runtime(policy, others=self.fleet.others if self.fleet is not None else nowhere,
                                on_health_change=self._record_health)
         self.flags = FlagStore(policy.speculative_pools)
         self.overrides = SharedOverrides(self.state, self.flags) if self.state is not None else None

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from gateway.load import LoadReport
 from gateway.policy.compiled import Policy
-from gateway.state.fleet_load import NOWHERE, Elsewhere, LocalCounts
+from gateway.state.fleet_load import Elsewhere, LocalCounts, nowhere
 from gateway.upstream.admission import AdmissionGate
 from gateway.upstream.pools import Endpoint, Pool
 from gateway.upstream.upstream import Upstream
@@ -22,7 +22,7 @@ from gateway.upstream.upstream import Upstream
 
 class Runtime:
     def __init__(self, policy: Policy, reported: LoadReport | None = None, *,
-                 others: Callable[[], Elsewhere] = lambda: NOWHERE,
+                 others: Callable[[], Elsewhere] = nowhere,
                  on_health_change: Callable[[Pool, Endpoint], None] = lambda pool, endpoint: None,
                  gate: AdmissionGate | None = None) -> None:
         self.policy = policy

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import structlog
 
-from gateway.logs import Clock, render_line
+from gateway.log_line import Clock, render_line
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
@@ -97,11 +97,11 @@ def test_the_clock_formats_each_second_once_and_its_microseconds_each_time(monke
         formatted.append(args)
         return strftime(*args)
 
-    monkeypatch.setattr("gateway.logs.time.strftime", counted)
-    monkeypatch.setattr("gateway.logs.time.time_ns", lambda: 1_795_766_883_000_042_999)
+    monkeypatch.setattr("gateway.log_line.time.strftime", counted)
+    monkeypatch.setattr("gateway.log_line.time.time_ns", lambda: 1_795_766_883_000_042_999)
     assert clock() == "2026-11-27T08:08:03.000042Z"
-    monkeypatch.setattr("gateway.logs.time.time_ns", lambda: 1_795_766_883_999_999_999)
+    monkeypatch.setattr("gateway.log_line.time.time_ns", lambda: 1_795_766_883_999_999_999)
     assert clock() == "2026-11-27T08:08:03.999999Z"
-    monkeypatch.setattr("gateway.logs.time.time_ns", lambda: 1_795_766_884_250_000_000)
+    monkeypatch.setattr("gateway.log_line.time.time_ns", lambda: 1_795_766_884_250_000_000)
     assert clock() == "2026-11-27T08:08:04.250000Z"
     assert len(formatted) == 2

@@ -14,7 +14,8 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from gateway.logs import Clock, filtering_logger, render_line
+from gateway.log_line import Clock, render_line
+from gateway.logs import filtering_logger
 
 FIELDS = {"request_id": "r1", "api": "chat", "pool": "speculative", "status": 200, "duration": 0.0031}
 
