@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from gateway.policy.balance import AffinitySpec
@@ -47,18 +46,21 @@ class Target(Protocol):
 E = TypeVar("E", bound=Target)
 
 
-@dataclass(slots=True)
 class Choice(Generic[E]):
-    """The endpoint picked and why; `explain` shows it. Not frozen: one is built per
-    request, and a frozen dataclass's `__init__` costs three times as much."""
-    endpoint: E
-    reason: str  # only | two_choices | session | prefix | hash | least_loaded
-    load: int = 0  # the endpoint's load before this request
-    bound: int | None = None  # the most load it may have after it; None: no bound applied
-    matched: int = 0  # leading prompt blocks the endpoint served last
-    blocks: tuple[int, ...] = field(default=(), repr=False)
-    session: int | None = field(default=None, repr=False)
-    session_hit: bool | None = None  # None: no session key
+    """The endpoint picked and why; `explain` shows it. A plain class: one is built per
+    request, and a compiled module leaves a dataclass's `__init__` interpreted."""
+    __slots__ = ("endpoint", "reason", "load", "bound", "matched", "blocks", "session", "session_hit")
+
+    def __init__(self, endpoint: E, reason: str, load: int = 0, bound: int | None = None, matched: int = 0,
+                 blocks: tuple[int, ...] = (), session: int | None = None, session_hit: bool | None = None) -> None:
+        self.endpoint = endpoint
+        self.reason = reason  # only | two_choices | session | prefix | hash | least_loaded
+        self.load = load  # the endpoint's load before this request
+        self.bound = bound  # the most load it may have after it; None: no bound applied
+        self.matched = matched  # leading prompt blocks the endpoint served last
+        self.blocks = blocks
+        self.session = session
+        self.session_hit = session_hit  # None: no session key
 
     def to_json(self) -> dict[str, Any]:
         return {"endpoint": self.endpoint.url, "reason": self.reason, "load": self.load, "bound": self.bound,
