@@ -72,7 +72,7 @@ class Outgoing:
             changes.update(self.usage.asks(self.body, paces(pool.spec, self.body, self.stream)))
             if changes:
                 content = dumps_with(self.body, changes, self.spans)
-        timeouts = pool.spec.timeouts
+        timeouts = pool.timeouts
         # total_s counts from the body's completion (`started`) and covers the whole answer
         deadline = asyncio.get_running_loop().time() + timeouts.total_s - (time.perf_counter() - started)
         header_timeout = timeouts.first_byte_s if self.stream else timeouts.total_s

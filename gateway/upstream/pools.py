@@ -38,7 +38,7 @@ import structlog
 
 from gateway.errors import AtCapacity, NoHealthyBackend
 from gateway.policy.balance import balance_of
-from gateway.policy.pools import PoolSpec
+from gateway.policy.pools import PoolSpec, TimeoutsSpec
 from gateway.upstream.balance import Balancer, Choice, LeastOutstanding, PrefixAffinity
 from gateway.upstream.prompt_key import PromptKey
 from gateway.upstream.queue import WaitQueue
@@ -124,6 +124,17 @@ class Lease:
         self.pool.release(self, ok, why)
 
 
+class Timeouts:
+    """A pool's timeouts, read off its spec once: the request path reads them six times or more a
+    request, and a compiled class's attribute is a field where a pydantic model's is a lookup."""
+
+    def __init__(self, spec: TimeoutsSpec) -> None:
+        self.connect_s = spec.connect_s
+        self.first_byte_s = spec.first_byte_s
+        self.total_s = spec.total_s
+        self.idle_s = spec.idle_s
+
+
 _NO_COUNTS: Mapping[str, int] = MappingProxyType({})
 
 
@@ -138,7 +149,8 @@ class Pool:
                  on_release: Callable[[str], None] | None = None) -> None:
         self.name = name
         self.on_release = on_release  # a lease came back: the admission gate re-routes a held request
-        self.spec = spec
+        self.spec = spec  # fixed for the pool's life: a reload that changes it builds a new pool
+        self.timeouts = Timeouts(spec.timeouts)
         self.clock = clock
         self.rng = rng or random.Random()
         self.endpoints = [Endpoint(e.url, e.weight, e.max_in_flight or spec.max_in_flight)

@@ -227,7 +227,7 @@ class Forwarder:
         the first attempt may pass the pool's waiters; a retry always may
         (the request gave its own slot back)."""
         pool = claim.pool = upstream.pool
-        t = pool.spec.timeouts
+        t = pool.timeouts
         # The transport applies "read" to the wait for headers and to every later read:
         # no separate timer per request on the hot path.
         timeouts = {"connect": t.connect_s, "read": outbound.header_timeout_s, "write": t.connect_s,

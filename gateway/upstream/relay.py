@@ -56,10 +56,10 @@ class RelayTimeouts:
     def for_chain(cls, chain: Sequence[Upstream], keepalive_s: float, write_s: float) -> RelayTimeouts:
         """A client that stops reading is cut within the shortest total_s of the chain at most."""
         for upstream in chain:  # a loop: `min` over a generator builds both, per request
-            total_s = upstream.pool.spec.timeouts.total_s
+            total_s = upstream.pool.timeouts.total_s
             if total_s < write_s:
                 write_s = total_s
-        return cls(chain[0].pool.spec.timeouts.first_byte_s, keepalive_s, write_s)
+        return cls(chain[0].pool.timeouts.first_byte_s, keepalive_s, write_s)
 
 
 class _Cut:

@@ -157,3 +157,11 @@ def test_endpoint_limits_bound_the_pool_and_its_free_slots():
     first = pool.endpoints[0]
     pool.set_health(pool.endpoints[1], False)  # an unhealthy endpoint's room is no slot
     assert pool.free() == 1 - first.outstanding
+
+
+def test_the_pools_timeouts_are_its_specs_every_one():
+    """The request path reads a pool's timeouts off `Pool.timeouts`, copied from the spec once."""
+    pool = make_pool(1.0, timeouts={"connect_s": 1.5, "first_byte_s": 2.5, "total_s": 30.0, "idle_s": 4.0})
+    spec = pool.spec.timeouts
+    assert vars(pool.timeouts) == spec.model_dump() == {"connect_s": 1.5, "first_byte_s": 2.5, "total_s": 30.0,
+                                                         "idle_s": 4.0}
