@@ -172,7 +172,7 @@ def _fastest(rule: CompiledRule, features: Features, policy: Policy, flags: Flag
     found = fastest(usable, features, traffic, tokens, model, rng)
     if policy.objectives:
         found = found.within(past_rooms(found, policy.objectives, model))
-    return Decision(found.pool, rule.name, "; ".join(left_out), chain=found.chain(policy.fallback_chain(found.pool)),
+    return Decision(found.pool, rule.name, "; ".join(left_out), chain=found.chain(policy.fallback_chains[found.pool]),
                     fastest=found)
 
 
@@ -214,7 +214,7 @@ def _probe(pool: str, rule: str, why: str) -> Decision:
 
 
 def _fallback(pool: str, policy: Policy, flags: FlagSnapshot) -> str:
-    chain = policy.fallback_chain(pool)
+    chain = policy.fallback_chains[pool]
     for candidate in chain[1:]:
         flag = flags.get(candidate)
         if flag is None or flag.routable:

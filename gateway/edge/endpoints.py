@@ -38,6 +38,7 @@ from gateway.metrics import Children, GatewayMetrics
 from gateway.policy.classes import traffic_class
 from gateway.policy.features import Features
 from gateway.settings import Settings
+from gateway.telemetry.spans import NULL_SPAN
 from gateway.upstream.exchange import Exchange, Outgoing, Recorder, Sink
 from gateway.upstream.headers import request_headers
 from gateway.upstream.prompt_key import PromptKey
@@ -135,7 +136,7 @@ class ProxyEndpoints:
         check_limits(body, Limits(n=self.settings.max_n, max_tokens=self._max_tokens(decision.pool)))
         self._count(decision, endpoint)
         traffic = self._traffic_class(features)
-        if self.capture is not None:
+        if self.capture is not None and self.capture.spec.enabled:  # off (the default): not even a call
             self.capture.offer(endpoint, body, traffic)
         # No await from the decision to the lease: the next decision counts this one (see load_view).
         if decision.home is not None and grant is not None and not grant.allows(decision.pool):
@@ -254,7 +255,7 @@ class ProxyEndpoints:
         """`order`, else `name` and its fallback chain: the pools in the order they are
         tried. A key limited to some pools only ever reaches those. Degraded (each
         pool's least-bad endpoint will do) when no pool of the chain has an endpoint available."""
-        names: Sequence[str] = order or self.runtime.policy.fallback_chain(name)
+        names: Sequence[str] = order or self.runtime.policy.fallback_chains[name]
         if grant is not None:
             names = [n for n in names if grant.allows(n)] or [n for n in self.runtime.pools if grant.allows(n)]
             if not names:
@@ -265,7 +266,7 @@ class ProxyEndpoints:
     def _max_tokens(self, pool: str) -> int:
         """The most output tokens a request may ask of `pool`: its context length
         when the policy gives it."""
-        return self.runtime.policy.pools[pool].max_model_len or self.settings.max_output_tokens
+        return self.runtime.pools[pool].max_model_len or self.settings.max_output_tokens
 
     @staticmethod
     def _target(request: Request) -> str:
@@ -281,8 +282,8 @@ class ProxyEndpoints:
     def _forwarded(request: Request) -> list[tuple[str, str]]:
         """The client's headers for the backends, checked (a bad one is a 400
         before anything is leased), less hop-by-hop ones; the trace context is the gateway's span's."""
-        return span_of(request).propagate(request_headers(request.headers.items(),
-                                                          {"x-request-id": id_of(request)}))
+        headers, span = request_headers(request.headers.items(), {"x-request-id": id_of(request)}), span_of(request)
+        return headers if span is NULL_SPAN else span.propagate(headers)  # tracing off: no context to put in
 
     def _relay(self, exchange: Exchange) -> Relay:
         return Relay(exchange, RelayTimeouts.for_chain(exchange.chain, self.settings.keepalive_s,

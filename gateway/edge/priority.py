@@ -15,12 +15,4 @@ def request_priority(headers: Mapping[str, str], grant: Grant | None, policy: Po
     """400 when the header is not an integer from -1000 to 1000."""
     header = claimed(headers.get(HEADER))
     own, cap = (0, 0) if grant is None else (grant.priority, grant.cap)
-    return resolve(own, cap, None if rule is None else rule_priority(policy, rule), header)
-
-
-def rule_priority(policy: Policy, rule: str) -> int | None:
-    """The `priority:` of the rule named `rule` (names are unique), if it sets one."""
-    for spec in policy.spec.rules:
-        if spec.name == rule:
-            return spec.priority
-    return None
+    return resolve(own, cap, None if rule is None else policy.rule_priorities.get(rule), header)

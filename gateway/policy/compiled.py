@@ -41,14 +41,10 @@ class Policy:
     def default_pool(self) -> str:
         return self.spec.default_pool or next(iter(self.standard_pools), next(iter(self.pools)))
 
-    def fallback_chain(self, pool: str) -> tuple[str, ...]:
-        """`pool` and the pools tried after it, in order."""
-        return self._fallback_chains[pool]
-
     def baseline_pool(self, pool: str) -> str | None:
         """The standard pool `pool`'s latency is compared with: the pool it falls
         back to when that one is standard, else the policy's first standard pool."""
-        chain = self.fallback_chain(pool)
+        chain = self.fallback_chains[pool]
         if len(chain) > 1 and chain[1] in self.standard_pools:
             return chain[1]
         return next(iter(self.standard_pools), None)
@@ -76,8 +72,16 @@ class Policy:
         return tuple(name for name, schedule in self.schedules.items() if not schedule.ever_drafts)
 
     @cached_property
-    def _fallback_chains(self) -> dict[str, tuple[str, ...]]:
+    def fallback_chains(self) -> dict[str, tuple[str, ...]]:
+        """Each pool, and the pools tried after it, in order. The request path reads this
+        and `rule_priorities` as dicts: a cached property is then the instance's attribute,
+        read with no call."""
         return {name: fallback_chain(self.pools, name) for name in self.pools}
+
+    @cached_property
+    def rule_priorities(self) -> dict[str, int]:
+        """The `priority:` of each rule that sets one, by the rule's name (names are unique)."""
+        return {rule.name: rule.priority for rule in self.spec.rules if rule.priority is not None}
 
     @cached_property
     def defaults(self) -> Defaults:

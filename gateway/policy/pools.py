@@ -9,7 +9,6 @@ this package; `PoolSpec` gathers them.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Literal
 
@@ -18,8 +17,8 @@ from pydantic import Field, field_validator, model_validator
 from gateway.policy.balance import AffinitySpec, Balance
 from gateway.policy.kinds import KINDS, PoolKind, check_schedule
 from gateway.policy.pacing import PacingSpec
-from gateway.policy.priority import PrioritySpec
 from gateway.policy.priors import SloSpec
+from gateway.policy.shedding import PrioritySpec
 from gateway.policy.strict import Strict
 
 
@@ -110,13 +109,15 @@ class PoolSpec(Strict):
             raise ValueError("speculation_schedule: " + "; ".join(problems))
         return self
 
-    def upstream_api_key(self) -> str | None:
-        return None if self.api_key is None else os.environ.get(self.api_key.removeprefix("os.environ/"))
+    @property
+    def api_key_variable(self) -> str | None:
+        """The environment variable holding the pool's own key for its backends, if it has one."""
+        return None if self.api_key is None else self.api_key.removeprefix("os.environ/")
 
 
 def fallback_chain(pools: dict[str, PoolSpec], pool: str) -> tuple[str, ...]:
     """`pool`, then its fallback, that one's fallback, ...: each pool once, and
-    only pools that exist. The one walk of a chain: `Policy.fallback_chain`
+    only pools that exist. The one walk of a chain: `Policy.fallback_chains`
     serves it to routing, the proxy and the guard; the loader checks loops with it."""
     chain = [pool]
     while (fallback := pools[chain[-1]].fallback) in pools and fallback not in chain:

@@ -1,5 +1,7 @@
-"""Request priorities: a pool's `priority` section, the tiers metrics use,
-and the rules that give a request its priority (docs/priorities.md).
+"""Request priorities: their range, the tiers metrics use, and the rules
+that give a request its priority (docs/priorities.md); a pool's `priority`
+section, what it sheds, is shedding.py's. Plain functions, compiled with the
+request path.
 
 A priority is an integer from -1000 to 1000, higher goes first, 0 by
 default. Where it comes from, later ones winning:
@@ -15,31 +17,12 @@ from __future__ import annotations
 
 import re
 
-from pydantic import Field, model_validator
-
 from gateway.errors import InvalidRequest
-from gateway.policy.strict import Strict
 
 LOWEST, HIGHEST = -1000, 1000
 HEADER = "x-specgate-priority"
 TIERS = ("low", "normal", "high")  # the metrics' label values: < 0, 0, > 0
 _INTEGER = re.compile(r"[+-]?[0-9]{1,5}")
-
-
-class PrioritySpec(Strict):
-    """When the pool is saturated (at its in-flight limit, or its load, the
-    backends' running + waiting as routing reads it, at `busy_load` or
-    more), requests of priority below `shed_below` are answered 429 at once
-    instead of waiting. Unset: every request may wait in the queue."""
-
-    shed_below: int | None = Field(default=None, ge=LOWEST, le=HIGHEST)
-    busy_load: int | None = Field(default=None, ge=1)
-
-    @model_validator(mode="after")
-    def _threshold_for_busy(self) -> PrioritySpec:
-        if self.busy_load is not None and self.shed_below is None:
-            raise ValueError("busy_load needs shed_below: the priorities to shed while the pool is busy")
-        return self
 
 
 def tier(priority: int) -> str:

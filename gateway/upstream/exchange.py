@@ -27,7 +27,6 @@ from gateway.telemetry.spans import NULL_SPAN, RequestSpan
 from gateway.upstream.claim import Claim
 from gateway.upstream.drafting import Drafting
 from gateway.upstream.meter import Measurement, TokenMeter
-from gateway.upstream.pacing import paces
 from gateway.upstream.pools import Lease, Pool
 from gateway.upstream.prompt_key import PromptKey
 from gateway.upstream.proxy import Forwarder, Opened, Outbound, Standing
@@ -67,9 +66,9 @@ class Outgoing:
         content = self.content
         if self.body is not None:
             changes: dict[str, Any] = {}
-            if pool.spec.model and self.body.get("model") != pool.spec.model:
-                changes["model"] = pool.spec.model
-            changes.update(self.usage.asks(self.body, paces(pool.spec, self.body, self.stream)))
+            if pool.model and self.body.get("model") != pool.model:
+                changes["model"] = pool.model
+            changes.update(self.usage.asks(self.body, pool.paces(self.body, self.stream)))
             if changes:
                 content = dumps_with(self.body, changes, self.spans)
         timeouts = pool.timeouts
@@ -82,7 +81,7 @@ class Outgoing:
     def _headers_for(self, pool: Pool) -> list[tuple[str, str]]:
         """The client's key is never sent on when the gateway checks keys or the
         pool has its own."""
-        key = pool.spec.upstream_api_key()
+        key = pool.upstream_api_key()
         if key is None and not self.drop_client_key:
             return self.headers
         kept = [(k, v) for k, v in self.headers if k.lower() not in CLIENT_KEY_HEADERS]

@@ -19,19 +19,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from gateway.policy.pools import PoolSpec
 from gateway.upstream.usage import EVENT_END, completion_tokens
 
 ALPHA = 0.3  # weight of the newest run in the averages of gap and tokens
 EARLY_S = 0.0005  # a piece this close to its time goes now rather than after another timer
-
-
-def paces(pool: PoolSpec, body: Mapping[str, Any] | None, stream: bool) -> bool:
-    """Whether `pool`'s answer to this request is paced: a stream of one choice."""
-    return stream and pool.pacing.enabled and body is not None and body.get("n", 1) in (1, None)
 
 
 def split_text(text: str, parts: int) -> list[str]:
@@ -54,15 +48,6 @@ class Pacer:
         self.last_run: float | None = None  # when the last run with tokens arrived
         self.last_due: float | None = None
         self.held: deque[tuple[float, bytes]] = deque()
-
-    @classmethod
-    def serving(cls, pool: PoolSpec, body: Mapping[str, Any] | None, stream: bool,
-                keep_counts: bool = False) -> Pacer | None:
-        """The pacer of `pool`'s answer to this request, or None when it is not
-        paced; `keep_counts` is the usage plan's (the client asked for the counts)."""
-        if not paces(pool, body, stream):
-            return None
-        return cls(pool.pacing.max_delay_ms / 1000, keep_counts=keep_counts)
 
     async def pace(self, runs: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
         """`runs` as they should go out: each yield is due now. Reads ahead in

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 import httpx
 import structlog
@@ -151,6 +153,11 @@ class Pool:
         self.on_release = on_release  # a lease came back: the admission gate re-routes a held request
         self.spec = spec  # fixed for the pool's life: a reload that changes it builds a new pool
         self.timeouts = Timeouts(spec.timeouts)
+        # What the request path reads of the spec on every request, read once (as `timeouts`)
+        self.model = spec.model  # the name its backends serve, sent in place of the client's
+        self.max_model_len = spec.max_model_len
+        self.pacing_delay_s = spec.pacing.max_delay_ms / 1000 if spec.pacing.enabled else None  # None: not paced
+        self._key_variable = spec.api_key_variable
         self.clock = clock
         self.rng = rng or random.Random()
         self.endpoints = [Endpoint(e.url, e.weight, e.max_in_flight or spec.max_in_flight)
@@ -164,6 +171,15 @@ class Pool:
         by_prefix = balance_of(spec.balance, len(spec.endpoints)) == "prefix"
         self.balancer: Balancer[Endpoint] = (
             PrefixAffinity(spec.affinity, self.rng) if by_prefix else LeastOutstanding(self.rng))
+
+    def paces(self, body: Mapping[str, Any] | None, stream: bool) -> bool:
+        """Whether this pool's answer to a request is paced (upstream/pacing.py): a stream of one
+        choice, where the policy paces the pool."""
+        return stream and self.pacing_delay_s is not None and body is not None and body.get("n", 1) in (1, None)
+
+    def upstream_api_key(self) -> str | None:
+        """The pool's own key for its backends, read from the environment on each request."""
+        return None if self._key_variable is None else os.environ.get(self._key_variable)
 
     def has_available(self) -> bool:
         now = self.clock()

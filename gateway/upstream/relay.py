@@ -263,7 +263,8 @@ class Relay:
         pool, request = self.exchange.claim.pool, self.exchange.request
         if pool is None or not request.usage.openai:  # only OpenAI's chunks are paced
             return None
-        return Pacer.serving(pool.spec, request.body, request.stream, request.usage.keep_counts)
+        delay = pool.pacing_delay_s if pool.paces(request.body, request.stream) else None
+        return None if delay is None else Pacer(delay, keep_counts=request.usage.keep_counts)
 
     async def _send_events(self, send: Send, body: bytes, outcome: Outcome) -> None:
         if body:

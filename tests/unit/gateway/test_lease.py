@@ -149,7 +149,7 @@ def policy(fallbacks: dict[str, str | None]) -> Policy:
     ({"a": "b", "b": "c", "c": None}, "b", ["b", "c"]),
 ])
 def test_the_fallback_chain_is_walked_in_one_place(fallbacks, start, chain):
-    assert list(policy(fallbacks).fallback_chain(start)) == chain
+    assert list(policy(fallbacks).fallback_chains[start]) == chain
 
 
 def refuse(request: httpx.Request) -> httpx.Response:

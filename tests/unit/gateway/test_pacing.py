@@ -14,7 +14,8 @@ import pytest
 from backends.serving.answers import SSE_DONE, ResponseBuilder, sse, usage
 from backends.serving.generation import Endpoint
 from gateway.policy.loader import parse_policy
-from gateway.upstream.pacing import Pacer, paces, split_text
+from gateway.upstream.pacing import Pacer, split_text
+from gateway.upstream.pools import Pool
 from gateway.upstream.usage import ask_token_counts, client_counts
 
 PROMPT = 5
@@ -164,11 +165,10 @@ pools:
   std: {kind: standard, endpoints: [{url: "http://b"}]}
 rules: [{name: all, route: spec}]
 """)
-    spec, std = policy.pools["spec"], policy.pools["std"]
-    assert paces(spec, {"n": 1}, True) and not paces(spec, {}, False) and not paces(spec, {"n": 2}, True)
-    assert not paces(std, {}, True)  # off unless the pool turns it on
-    pacer = Pacer.serving(spec, {}, True)
-    assert pacer is not None and pacer.max_delay_s == pytest.approx(0.08)
+    spec, std = (Pool(name, policy.pools[name]) for name in ("spec", "std"))
+    assert spec.paces({"n": 1}, True) and not spec.paces({}, False) and not spec.paces({"n": 2}, True)
+    assert not std.paces({}, True) and std.pacing_delay_s is None  # off unless the pool turns it on
+    assert spec.pacing_delay_s == pytest.approx(0.08)
     assert ask_token_counts({"include_usage": True}) == {
         "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
     assert ask_token_counts("nonsense") == {}

@@ -165,3 +165,18 @@ def test_the_pools_timeouts_are_its_specs_every_one():
     spec = pool.spec.timeouts
     assert vars(pool.timeouts) == spec.model_dump() == {"connect_s": 1.5, "first_byte_s": 2.5, "total_s": 30.0,
                                                          "idle_s": 4.0}
+
+
+def test_what_the_request_path_reads_of_a_pools_spec_is_the_specs(monkeypatch: pytest.MonkeyPatch):
+    """The model, context length, pacing and key a pool's requests read, copied from the spec once;
+    the key itself is read from the environment on each request."""
+    pool = make_pool(1.0, model="served-name", max_model_len=4096, pacing={"enabled": True, "max_delay_ms": 40},
+                     api_key="os.environ/SPECGATE_TEST_POOL_KEY")
+    assert (pool.model, pool.max_model_len, pool.pacing_delay_s) == ("served-name", 4096, pytest.approx(0.04))
+    monkeypatch.delenv("SPECGATE_TEST_POOL_KEY", raising=False)
+    assert pool.upstream_api_key() is None
+    monkeypatch.setenv("SPECGATE_TEST_POOL_KEY", "sk-pool")
+    assert pool.upstream_api_key() == "sk-pool"
+    plain = make_pool(1.0)
+    assert (plain.model, plain.max_model_len, plain.pacing_delay_s, plain.upstream_api_key()) == (None, None, None,
+                                                                                                  None)
