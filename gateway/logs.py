@@ -20,7 +20,7 @@ import structlog
 from structlog.exceptions import DropEvent
 from structlog.typing import FilteringBoundLogger
 
-from gateway.log_line import Clock, render_line
+from gateway.log_line import Clock, LineWriter, render_line
 
 
 def configure_logging(level: str = "info") -> None:
@@ -30,7 +30,7 @@ def configure_logging(level: str = "info") -> None:
     structlog.configure(
         processors=[render_line(Clock())],
         wrapper_class=filtering_logger(numeric),
-        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
+        logger_factory=_factory(LineWriter(sys.stderr)),
         cache_logger_on_first_use=True,
     )
 
@@ -66,3 +66,8 @@ def _one_frame(name: str, structlogs: Callable[..., Any]) -> Callable[..., Any]:
 
     log.__name__ = name
     return log
+
+
+def _factory(writer: LineWriter) -> Callable[..., LineWriter]:
+    """structlog's logger factory: every logger writes through the one `writer`."""
+    return lambda *args: writer

@@ -37,6 +37,7 @@ from gateway.edge.admin import AdminAPI
 from gateway.edge.auth import ClientKeys
 from gateway.edge.endpoints import ProxyEndpoints
 from gateway.edge.error_answers import exception_handlers
+from gateway.edge.learning import AnswerLearner
 from gateway.edge.middleware import FastHandler, HeaderLimitMiddleware, LastHandler, LastResort, RequestIdMiddleware
 from gateway.edge.tracing import TracingMiddleware, tracer_for
 from gateway.flags import FlagStore, PoolFlag, reason_word
@@ -49,7 +50,6 @@ from gateway.state.overrides import SharedOverrides
 from gateway.state.shared_learning import Observation, SharedLearning
 from gateway.state.store import StateStore
 from gateway.telemetry.spans import Tracer
-from gateway.upstream.meter import Measurement
 from gateway.upstream.pools import Endpoint, HealthMonitor, Pool
 from gateway.upstream.runtime import Runtime
 
@@ -75,7 +75,6 @@ class GatewayParts:
         self.settings = settings
         self.tracer = tracer or tracer_for(settings)  # the no-op one unless tracing is on
         self.metrics = GatewayMetrics()
-        self._acceptance = Children(self.metrics.acceptance)  # set on every speculative answer
         self.state = state_store(settings, self.metrics)  # before the parts that share through it
         self.fleet, self.learning = self._shared_routing()
         self.runtime = Runtime(policy, others=self.fleet.others if self.fleet is not None else nowhere,
@@ -84,11 +83,12 @@ class GatewayParts:
         self.overrides = SharedOverrides(self.state, self.flags) if self.state is not None else None
         self.class_latency = ClassLatency()
         self.latency = cold_model(policy)
+        self.learner = AnswerLearner(self.latency, self.runtime, Children(self.metrics.acceptance), self.learning)
         self.capture = Capture(policy.spec.capture, self.metrics, base=Path(policy.source).absolute().parent)
         self.proxy = ProxyEndpoints(settings, self.runtime, self.flags, self.metrics,
                                     ClientKeys.load(settings.api_keys, settings.api_keys_file),
                                     class_latency=self.class_latency, latency=self.latency,
-                                    capture=self.capture, observers=[self.observe])
+                                    capture=self.capture, observers=[self.learner.observe])
         self.log = structlog.get_logger("specgate")
         self.health = HealthMonitor(httpx.AsyncClient(trust_env=False))
         self.reloader = PolicyReloader(settings.policy, self.apply, self.metrics)
@@ -127,32 +127,8 @@ class GatewayParts:
         self.flags.sync_pools(policy.speculative_pools)
         if (self.latency.schedules != policy.schedules or self.latency.priors.spec != policy.spec.routing.priors
                 or self.latency.half_life_s != policy.spec.routing.half_life_s):
-            self.latency = self.proxy.latency = cold_model(policy)  # the priors differ: start again
+            self.latency = self.proxy.latency = self.learner.latency = cold_model(policy)  # the priors differ
         self.watch_pools()
-
-    def observe(self, measurement: Measurement) -> None:
-        """A streamed answer teaches the latency model its TTFT and TPOT, and any answer
-        its class's acceptance where the backend reported it. A whole body teaches no
-        times: its one time cannot be split into the two without a guess, and E2E over
-        tokens would pass the first token's wait off as decoding."""
-        if measurement.traffic_class is None:
-            return
-        self.latency.answered(measurement.pool, measurement.tokens)
-        drafting = measurement.drafting
-        per_step, drafts = (None, None) if drafting is None else (drafting.per_step, drafting.drafts)
-        if not measurement.streamed:
-            if drafting is not None and drafting.drafts is not None:
-                self.latency.observe(measurement.pool, measurement.traffic_class, measurement.load, None, None,
-                                     per_step, drafts)
-            return
-        self.latency.observe(measurement.pool, measurement.traffic_class, measurement.load,
-                             measurement.ttft_s, measurement.tpot_s, per_step, drafts, measurement.batch)
-        if per_step is not None and measurement.pool in self.runtime.policy.speculative_pools:
-            rate = self.latency.acceptance.rate(measurement.pool, measurement.traffic_class)
-            self._acceptance(measurement.pool, measurement.traffic_class).set(rate)
-        if self.learning is not None:  # shared with the other replicas at the next flush
-            self.learning.record(Observation(measurement.pool, measurement.traffic_class, measurement.load,
-                                             measurement.ttft_s, measurement.tpot_s))
 
     def learned(self, seen: Observation) -> None:
         """Another replica's observation: into this replica's model as if made here."""

@@ -10,30 +10,37 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
 NO_LOAD: Mapping[str, int] = MappingProxyType({})
 
 
-class Features(NamedTuple):
-    """Immutable, and a tuple rather than a frozen dataclass: one is built per request,
-    and a frozen dataclass's `__init__` costs four times as much."""
+class Features:
+    """What the router knows about a request; never changed once built. A plain class, its
+    `__init__` written out and compiled with the request path (specgate/compiled.py): one is built
+    per request, and a named tuple's `__new__` or a dataclass's `__init__` is interpreted Python."""
 
-    endpoint: str  # "chat", "completions", "messages" or "responses" (gateway.decide.apis)
-    model: str | None
-    temperature: float
-    top_p: float
-    max_tokens: int
-    stream: bool
-    n: int
-    prompt_chars: int
-    prompt_tokens: int
-    tools: bool
-    response_format: bool
-    logprobs: bool
-    domain: str
-    route: str | None = None  # pool asked for by x-specgate-route (when allowed)
-    load: Mapping[str, int] = NO_LOAD
+    __slots__ = ("endpoint", "model", "temperature", "top_p", "max_tokens", "stream", "n", "prompt_chars",
+                 "prompt_tokens", "tools", "response_format", "logprobs", "domain", "route", "load")
+
+    def __init__(self, endpoint: str, model: str | None, temperature: float, top_p: float, max_tokens: int,
+                 stream: bool, n: int, prompt_chars: int, prompt_tokens: int, tools: bool, response_format: bool,
+                 logprobs: bool, domain: str, route: str | None = None, load: Mapping[str, int] = NO_LOAD) -> None:
+        self.endpoint = endpoint  # "chat", "completions", "messages" or "responses" (gateway.decide.apis)
+        self.model = model
+        self.temperature = temperature
+        self.top_p = top_p
+        self.max_tokens = max_tokens
+        self.stream = stream
+        self.n = n
+        self.prompt_chars = prompt_chars
+        self.prompt_tokens = prompt_tokens
+        self.tools = tools
+        self.response_format = response_format
+        self.logprobs = logprobs
+        self.domain = domain
+        self.route = route  # pool asked for by x-specgate-route (when allowed)
+        self.load = load
 
     def value(self, name: str) -> Any:
         if name.startswith("load."):
@@ -41,12 +48,24 @@ class Features(NamedTuple):
         return getattr(self, name)
 
     def to_json(self) -> dict[str, Any]:
-        data = self._asdict()
+        data = {name: getattr(self, name) for name in FEATURE_NAMES}
         data["load"] = dict(self.load)
         return data
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Features) and self.to_json() == other.to_json()
 
-FEATURE_NAMES: tuple[str, ...] = tuple(name for name in Features._fields if name != "load")
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, name) for name in FEATURE_NAMES))
+
+    def __repr__(self) -> str:
+        return f"Features({self.to_json()!r})"
+
+
+# The names a rule's `when:` may read, in the fields' order; `load` is read as `load.<pool>`
+FEATURE_NAMES: tuple[str, ...] = ("endpoint", "model", "temperature", "top_p", "max_tokens", "stream", "n",
+                                  "prompt_chars", "prompt_tokens", "tools", "response_format", "logprobs", "domain",
+                                  "route")
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,6 @@ The object passes to the client unchanged; only the gateway reads it here.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 LENGTH = re.compile(rb'"mean_acceptance_length"\s*:\s*([0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)')
 STEPS = re.compile(rb'"num_spec_steps"\s*:\s*([0-9]+)')
@@ -21,10 +20,24 @@ DRAFTS = re.compile(rb'"num_spec_tokens"\s*:\s*([0-9]+)')
 FRAMING_EVENTS = 2  # the role-only first event and [DONE] carry no token
 
 
-@dataclass(frozen=True, slots=True)
 class Drafting:
-    per_step: float  # output tokens per engine step, the target's own token included
-    drafts: int | None = None  # tokens drafted per step, when the backend said
+    """A plain class, its `__init__` written out: one is built per answer, and mypyc leaves a
+    dataclass's generated `__init__` interpreted."""
+
+    __slots__ = ("per_step", "drafts")
+
+    def __init__(self, per_step: float, drafts: int | None = None) -> None:
+        self.per_step = per_step  # output tokens per engine step, the target's own token included
+        self.drafts = drafts  # tokens drafted per step, when the backend said
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Drafting) and (self.per_step, self.drafts) == (other.per_step, other.drafts)
+
+    def __hash__(self) -> int:
+        return hash((self.per_step, self.drafts))
+
+    def __repr__(self) -> str:
+        return f"Drafting(per_step={self.per_step!r}, drafts={self.drafts!r})"
 
     @classmethod
     def reported(cls, data: bytes) -> Drafting | None:

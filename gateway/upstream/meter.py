@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import NamedTuple
 
 import httpx
 
@@ -83,21 +82,42 @@ def per_token(decode_s: float, tokens: int) -> float | None:
     return decode_s / (tokens - 1)
 
 
-class Measurement(NamedTuple):  # a tuple: one per answer, and a frozen dataclass costs 4x as much to build
+class Measurement:
     """One answered request, as its pool served it. Times count from the
     moment its body was complete (its dispatch). A streamed answer gives its first token's
     time and so a time per output token (the decode time over the tokens after
-    the first); a whole body arrives at once and gives neither."""
-    pool: str
-    traffic_class: str | None  # None for a domain the policy does not define
-    load: int  # the pool's load when the request was routed
-    e2e_s: float
-    tokens: int  # output tokens
-    streamed: bool
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    drafting: Drafting | None = None  # tokens per step, as the backend reported or its events showed
-    batch: float | None = None  # the pool's mean in flight while it ran, itself included: what it decoded in
+    the first); a whole body arrives at once and gives neither. A plain class, its `__init__`
+    written out: one is built per answer, and a named tuple's `__new__` is interpreted Python."""
+
+    __slots__ = ("pool", "traffic_class", "load", "e2e_s", "tokens", "streamed", "ttft_s", "tpot_s", "drafting",
+                 "batch")
+
+    def __init__(self, pool: str, traffic_class: str | None, load: int, e2e_s: float, tokens: int, streamed: bool,
+                 ttft_s: float | None = None, tpot_s: float | None = None, drafting: Drafting | None = None,
+                 batch: float | None = None) -> None:
+        self.pool = pool
+        self.traffic_class = traffic_class  # None for a domain the policy does not define
+        self.load = load  # the pool's load when the request was routed
+        self.e2e_s = e2e_s
+        self.tokens = tokens  # output tokens
+        self.streamed = streamed
+        self.ttft_s = ttft_s
+        self.tpot_s = tpot_s
+        self.drafting = drafting  # tokens per step, as the backend reported or its events showed
+        self.batch = batch  # the pool's mean in flight while it ran, itself included: what it decoded in
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.pool, self.traffic_class, self.load, self.e2e_s, self.tokens, self.streamed, self.ttft_s,
+                self.tpot_s, self.drafting, self.batch)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Measurement) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return f"Measurement{self._fields()!r}"
 
     @classmethod
     def of_stream(cls, pool: str, traffic_class: str | None, load: int, meter: TokenMeter,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from gateway.decide.features import extract_features, parse_json_body
 from gateway.errors import InvalidRequest
 from gateway.policy.conditions import ConditionError, compile_condition
-from gateway.policy.features import Defaults
+from gateway.policy.features import FEATURE_NAMES, Defaults, Features
 
 POOLS = ("speculative", "standard")
 
@@ -96,3 +98,12 @@ def test_bad_bodies(raw, fragment):
     with pytest.raises(InvalidRequest) as info:
         parse_json_body(raw)
     assert fragment in info.value.message
+
+
+def test_the_names_a_rule_may_read_are_the_features_fields_but_load():
+    """`FEATURE_NAMES` is written out beside the class: it must name every field, in order."""
+    fields = list(inspect.signature(Features).parameters)
+    assert [*FEATURE_NAMES, "load"] == fields
+    one = features(temperature=0.3)
+    assert one.to_json() == {**{name: getattr(one, name) for name in FEATURE_NAMES}, "load": {"speculative": 3}}
+    assert one == features(temperature=0.3) != features(temperature=0.4)

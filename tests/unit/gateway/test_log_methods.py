@@ -1,6 +1,7 @@
 """The gateway's loggers: structlog's filtering bound loggers with `info`, `warning` and
-`error` in one frame. Each writes the line structlog's own methods write, below the level
-nothing, %-style arguments as structlog reads them, and `capture_logs` still sees every event."""
+`error` in one frame, writing through `LineWriter`. Each writes the line structlog's own methods
+and writer write, below the level nothing, %-style arguments as structlog reads them, and
+`capture_logs` still sees every event."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from gateway.log_line import Clock, render_line
-from gateway.logs import filtering_logger
+from gateway.log_line import Clock, LineWriter, render_line
+from gateway.logs import configure_logging, filtering_logger
 
 FIELDS = {"request_id": "r1", "api": "chat", "pool": "speculative", "status": 200, "duration": 0.0031}
 
@@ -25,18 +26,46 @@ def rendered(_: Any, method_name: str, event_dict: MutableMapping[str, Any]) -> 
     return json.dumps({**event_dict, "level": method_name})
 
 
-def logger(wrapper_class: type, out: io.StringIO, processors: list[Any] | None = None) -> Any:
-    return structlog.wrap_logger(structlog.WriteLogger(out), processors=processors or [rendered],
+def logger(wrapper_class: type, out: io.StringIO, processors: list[Any] | None = None,
+           writer: type = LineWriter) -> Any:
+    return structlog.wrap_logger(writer(out), processors=processors or [rendered],
                                  wrapper_class=wrapper_class, worker=3)
 
 
-@pytest.mark.parametrize("method", ["info", "warning", "error"])
+def theirs(out: io.StringIO) -> Any:
+    """structlog's own logger and writer."""
+    return logger(structlog.make_filtering_bound_logger(logging.DEBUG), out, writer=structlog.WriteLogger)
+
+
+@pytest.mark.parametrize("method", ["debug", "info", "warning", "warn", "error", "critical", "fatal", "msg"])
 def test_each_method_writes_what_structlogs_own_writes(method: str) -> None:
-    ours, theirs = io.StringIO(), io.StringIO()
+    ours, their = io.StringIO(), io.StringIO()
     getattr(logger(filtering_logger(logging.DEBUG), ours), method)("request", **FIELDS)
-    getattr(logger(structlog.make_filtering_bound_logger(logging.DEBUG), theirs), method)("request", **FIELDS)
-    assert ours.getvalue() == theirs.getvalue()
+    getattr(theirs(their), method)("request", **FIELDS)
+    assert ours.getvalue() == their.getvalue()
     assert list(json.loads(ours.getvalue())) == ["worker", *FIELDS, "event", "level"]
+
+
+@pytest.mark.parametrize("level", [logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL])
+def test_log_at_a_level_writes_what_structlogs_own_writes(level: int) -> None:
+    ours, their = io.StringIO(), io.StringIO()
+    logger(filtering_logger(logging.DEBUG), ours).log(level, "request", **FIELDS)
+    theirs(their).log(level, "request", **FIELDS)
+    assert ours.getvalue() == their.getvalue() != ""
+
+
+def test_the_configured_loggers_write_one_line_each_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("info")
+    try:
+        log = structlog.get_logger("specgate.test")
+        log.info("request", **FIELDS)
+        log.debug("below the level")
+        log.warning("slow", pool="standard")
+    finally:
+        structlog.reset_defaults()
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert [(line["event"], line["level"]) for line in lines] == [("request", "info"), ("slow", "warning")]
+    assert {k: lines[0][k] for k in FIELDS} == FIELDS
 
 
 def test_below_the_level_nothing_is_written() -> None:
@@ -84,7 +113,7 @@ def test_a_last_processor_may_return_args_and_keywords_as_structlog_allows(last:
 
 def test_exception_goes_through_error_with_its_traceback() -> None:
     out = io.StringIO()
-    log = structlog.wrap_logger(structlog.WriteLogger(out), processors=[render_line(Clock())],
+    log = structlog.wrap_logger(LineWriter(out), processors=[render_line(Clock())],
                                 wrapper_class=filtering_logger(logging.INFO))
     try:
         raise ZeroDivisionError("nothing to divide")
