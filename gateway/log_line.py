@@ -8,7 +8,10 @@ the line and its keys are the same as that chain wrote. It is a module of the
 compiled request path (specgate/compiled.py): the clock and the render are
 no Python calls there.
 
-`LineWriter` writes the lines: structlog's `WriteLogger`, as a compiled class.
+`LineWriter` writes the lines: structlog's `WriteLogger`, as a compiled class. `one_frame`
+is a logger's `info`, `warning` or `error` in one frame (gateway/logs.py puts them on
+structlog's filtering logger): compiled here, a method of a class built at run time is no
+Python frame either.
 
 The JSON is orjson's: the standard library's encoder builds a new C encoder
 and a dict of the objects it has seen on every call, and writes each float
@@ -23,9 +26,11 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 import orjson
+from structlog.exceptions import DropEvent
 from structlog.processors import format_exc_info
 from structlog.typing import EventDict, Processor, WrappedLogger
 
@@ -92,3 +97,28 @@ class LineWriter:
 
     def critical(self, message: str) -> None:
         self.msg(message)
+
+
+def one_frame(name: str, structlogs: Callable[..., Any]) -> Callable[..., Any]:
+    """structlog's method `name` in one frame: the bound context, the processors, the logger's
+    method, as structlog runs them; %-style arguments go to structlog's own (`structlogs`)."""
+    def log(self: Any, event: str, *args: Any, **kw: Any) -> Any:
+        if args:
+            return structlogs(self, event, *args, **kw)
+        event_dict = self._context.copy()
+        event_dict.update(kw)
+        event_dict["event"] = event
+        try:
+            for processor in self._processors:
+                event_dict = processor(self._logger, name, event_dict)
+        except DropEvent:
+            return None
+        if isinstance(event_dict, (str, bytes, bytearray)):  # what the last processor returns, read as structlog does
+            return getattr(self._logger, name)(event_dict)
+        if isinstance(event_dict, tuple):
+            return getattr(self._logger, name)(*event_dict[0], **event_dict[1])
+        if isinstance(event_dict, dict):
+            return getattr(self._logger, name)(**event_dict)
+        raise ValueError("the last processor must return a str, bytes, bytearray, tuple or dict")
+
+    return log

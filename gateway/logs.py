@@ -14,13 +14,11 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from typing import Any
 
 import structlog
-from structlog.exceptions import DropEvent
 from structlog.typing import FilteringBoundLogger
 
-from gateway.log_line import Clock, LineWriter, render_line
+from gateway.log_line import Clock, LineWriter, one_frame, render_line
 
 
 def configure_logging(level: str = "info") -> None:
@@ -39,33 +37,9 @@ def filtering_logger(min_level: int) -> type[FilteringBoundLogger]:
     """structlog's filtering bound logger at `min_level`, with `info`, `warning` and
     `error` in one frame each (those below `min_level` stay structlog's no-ops)."""
     base = structlog.make_filtering_bound_logger(min_level)
-    hot = {name: _one_frame(name, getattr(base, name)) for name in ("info", "warning", "error")
+    hot = {name: one_frame(name, getattr(base, name)) for name in ("info", "warning", "error")
            if logging.getLevelName(name.upper()) >= min_level}
     return type(base.__name__, (base,), hot)
-
-
-def _one_frame(name: str, structlogs: Callable[..., Any]) -> Callable[..., Any]:
-    def log(self: Any, event: str, *args: Any, **kw: Any) -> Any:
-        if args:  # %-style arguments: structlog's own method
-            return structlogs(self, event, *args, **kw)
-        event_dict = self._context.copy()
-        event_dict.update(kw)
-        event_dict["event"] = event
-        try:
-            for processor in self._processors:
-                event_dict = processor(self._logger, name, event_dict)
-        except DropEvent:
-            return None
-        if isinstance(event_dict, (str, bytes, bytearray)):  # what the last processor returns, read as structlog does
-            return getattr(self._logger, name)(event_dict)
-        if isinstance(event_dict, tuple):
-            return getattr(self._logger, name)(*event_dict[0], **event_dict[1])
-        if isinstance(event_dict, dict):
-            return getattr(self._logger, name)(**event_dict)
-        raise ValueError("the last processor must return a str, bytes, bytearray, tuple or dict")
-
-    log.__name__ = name
-    return log
 
 
 def _factory(writer: LineWriter) -> Callable[..., LineWriter]:
