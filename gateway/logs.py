@@ -1,8 +1,9 @@
 """structlog set-up: one JSON object per line on stderr, rendered by one
-processor (gateway/log_line.py).
+processor and written by `LineWriter` (both in gateway/log_line.py).
 
 The loggers are structlog's filtering bound loggers but for `info`, `warning`
-and `error`, which run in one frame (`filtering_logger`): structlog's go
+and `error`, which run in one frame (`filtering_logger`, with log_line.py's
+`one_frame`, compiled with the request path): structlog's go
 through four (the level's method, `_proxy_to_logger`, `_process_event`, then
 the writer's) and copy the keywords twice on the way, 57k instructions for a
 request line of which the line itself is 21k. The processors are the
