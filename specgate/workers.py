@@ -36,9 +36,12 @@ CLEAN_EXITS = (0, -signal.SIGTERM, -signal.SIGINT)
 def uvicorn_options(settings: Any) -> dict[str, Any]:
     """How uvicorn serves the gateway, one process or each worker of many."""
     from gateway.edge.http_protocol import with_header_timeout
-    # uvicorn types the drain as int but waits with asyncio: a float is kept exact (int() made 0.8 s none)
+    # uvicorn types the drain as int but waits with asyncio: a float is kept exact (int() made 0.8 s none).
+    # proxy_headers off: the gateway reads no client address, and uvicorn's X-Forwarded-For middleware
+    # was an interpreted frame around every request.
     return {"host": settings.host, "port": settings.port, "log_level": "warning", "access_log": False,
-            "timeout_graceful_shutdown": settings.drain_timeout_s, "timeout_keep_alive": settings.keep_alive_s,
+            "proxy_headers": False, "timeout_graceful_shutdown": settings.drain_timeout_s,
+            "timeout_keep_alive": settings.keep_alive_s,
             "http": with_header_timeout(settings.header_timeout_s, settings.max_header_bytes, settings.max_headers),
             "lifespan": "on"}
 

@@ -31,17 +31,11 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def uvicorn_config(
-    app: Any, host: str, port: int, log_level: str = "warning", lifespan: str = "off", http: Any = "auto"
+    app: Any, host: str, port: int, log_level: str = "warning", lifespan: str = "off", http: Any = "auto",
+    **options: Any,
 ) -> uvicorn.Config:
-    return uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level=log_level,
-        lifespan=lifespan,
-        timeout_graceful_shutdown=2,
-        http=http,
-    )
+    return uvicorn.Config(app, **{"host": host, "port": port, "log_level": log_level, "lifespan": lifespan,
+                                  "timeout_graceful_shutdown": 2, "http": http, **options})
 
 
 class BackgroundServer:
@@ -49,14 +43,15 @@ class BackgroundServer:
 
     Usable as a context manager; `url` is `http://host:port`. `lifespan="on"`
     runs the app's startup and shutdown handlers; `http` is uvicorn's HTTP
-    protocol (a name or a protocol class).
+    protocol (a name or a protocol class); `options`, more of uvicorn's settings.
     """
 
     def __init__(
         self, app: Any, *, host: str = "127.0.0.1", port: int = 0, lifespan: str = "off",
-        http: Any = "auto",
+        http: Any = "auto", options: dict[str, Any] | None = None,
     ) -> None:
         self.app = app
+        self.options = options or {}
         self.lifespan = lifespan
         self.http = http
         self.host = host
@@ -79,7 +74,7 @@ class BackgroundServer:
             return self
         sock = bind_socket(self.host, self.port)
         self.port = sock.getsockname()[1]
-        config = uvicorn_config(self.app, self.host, self.port, lifespan=self.lifespan, http=self.http)
+        config = uvicorn_config(self.app, self.host, self.port, lifespan=self.lifespan, http=self.http, **self.options)
         server = uvicorn.Server(config)
         ready = threading.Event()
 

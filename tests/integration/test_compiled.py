@@ -118,5 +118,6 @@ def test_the_request_paths_tests_pass_on_the_compiled_build(tmp_path, build):
                           capture_output=True, text=True, timeout=1800, cwd=root)
     assert done.returncode == 0, done.stdout[-5000:]
     loaded = json.loads(done.stdout.splitlines()[0])["modules"]
-    assert {"gateway.upstream.exchange", "gateway.upstream.pools", "gateway.decide.routing"} <= set(loaded), loaded
+    assert {"gateway.upstream.exchange", "gateway.upstream.pools", "gateway.decide.routing",
+            "gateway.edge.http_protocol", "gateway.edge.response_cycle"} <= set(loaded), loaded
     assert " passed" in done.stdout.splitlines()[-1] and " failed" not in done.stdout.splitlines()[-1], done.stdout

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from backends.serving.server import BackgroundServer
 from gateway.edge.body import BODY_IN_EXTENSION
 from gateway.edge.http_protocol import with_header_timeout
+from gateway.edge.response_cycle import ResponseCycle
 
 from .raw_http import RawConnection
 
@@ -83,7 +83,7 @@ def test_the_check_leaves_no_request_to_the_garbage_collector(served) -> None:
                 connection.send(HEAD + BODY)
                 answer = connection.answer("POST")
                 assert answer is not None and answer.body == BODY
-            alive = [o for o in gc.get_objects() if type(o) is RequestResponseCycle]  # no lazy module's __class__
+            alive = [o for o in gc.get_objects() if type(o) is ResponseCycle]  # no lazy module's __class__
     finally:
         gc.enable()
     assert len(alive) <= 1  # the connection's last request's, which its protocol still holds
