@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import cast
 
 import httpx
 import structlog
 from starlette.applications import Starlette
-from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp
 
 from gateway.capture.stage import Capture
 from gateway.control.flag_file import FlagFile, restore_initial
@@ -38,7 +34,7 @@ from gateway.edge.auth import ClientKeys
 from gateway.edge.endpoints import ProxyEndpoints
 from gateway.edge.error_answers import exception_handlers
 from gateway.edge.learning import AnswerLearner
-from gateway.edge.middleware import FastHandler, HeaderLimitMiddleware, LastHandler, LastResort, RequestIdMiddleware
+from gateway.edge.middleware import FastHandler, GatewayApp, HeaderLimitMiddleware, RequestIdMiddleware
 from gateway.edge.tracing import TracingMiddleware, tracer_for
 from gateway.flags import FlagStore, PoolFlag, reason_word
 from gateway.metrics import Children, GatewayMetrics
@@ -259,18 +255,6 @@ class GatewayParts:
 
     async def metrics_endpoint(self, request: Request) -> Response:
         return Response(self.metrics.exposition(), media_type=self.metrics.content_type)
-
-
-class GatewayApp(Starlette):
-    """Starlette, its outermost layer the compiled `LastResort` in place of its
-    ServerErrorMiddleware, with the same handler."""
-
-    def build_middleware_stack(self) -> ASGIApp:
-        stack = super().build_middleware_stack()
-        handler = self.exception_handlers.get(Exception)
-        if isinstance(stack, ServerErrorMiddleware) and not self.debug and inspect.iscoroutinefunction(handler):
-            return LastResort(stack.app, cast(LastHandler, handler))  # an HTTP one: the app serves no websockets
-        return stack
 
 
 def create_app(settings: Settings, policy: Policy | None = None) -> Starlette:

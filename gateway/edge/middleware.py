@@ -1,15 +1,19 @@
 """The ASGI middleware in front of every route: the last resort for an error
 nothing else answered, the header size limit, and the request id, path check
-and fast path."""
+and fast path; and the Starlette app that stacks them (`GatewayApp`)."""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import os
 import random
 from collections.abc import Awaitable, Callable, Mapping
+from typing import cast
 from urllib.parse import quote
 
+from starlette.applications import Starlette
+from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -21,6 +25,26 @@ from gateway.errors import GatewayError, HeadersTooLarge
 
 FastHandler = Callable[[Request], Awaitable[ASGIApp]]
 LastHandler = Callable[[Request, Exception], Awaitable[ASGIApp]]
+
+
+class GatewayApp(Starlette):
+    """Starlette, its outermost layer the compiled `LastResort` in place of its
+    ServerErrorMiddleware, with the same handler; and its `__call__` compiled: the
+    app's frame is resumed at every wait of every request."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        stack = super().build_middleware_stack()
+        handler = self.exception_handlers.get(Exception)
+        if isinstance(stack, ServerErrorMiddleware) and not self.debug and inspect.iscoroutinefunction(handler):
+            return LastResort(stack.app, cast(LastHandler, handler))  # an HTTP one: the app serves no websockets
+        return stack
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["app"] = self
+        stack = self.middleware_stack
+        if stack is None:
+            stack = self.middleware_stack = self.build_middleware_stack()
+        await stack(scope, receive, send)
 
 
 class LastResort:

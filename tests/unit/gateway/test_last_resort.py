@@ -13,9 +13,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from gateway.edge.app import GatewayApp
 from gateway.edge.error_answers import exception_handlers
-from gateway.edge.middleware import LastResort
+from gateway.edge.middleware import GatewayApp, LastResort
 
 
 class Boom(RuntimeError):
