@@ -72,8 +72,8 @@ def test_a_body_that_follows_its_head_is_not_in_until_it_arrives(served) -> None
 
 
 def test_the_check_leaves_no_request_to_the_garbage_collector(served) -> None:
-    """The check is kept in the request's scope, which its cycle holds: it must reach the
-    cycle weakly, or every request's cycle, scope and transport is freed only by a collection."""
+    """The check is kept in the request's scope, which its cycle holds: it must not hold the
+    cycle, or every request's cycle, scope and transport is freed only by a collection."""
     server, _ = served
     gc.collect()
     gc.disable()

@@ -82,7 +82,7 @@ def exchange(server: BackgroundServer, *parts: bytes) -> bytes:
             sock.sendall(part)
         while data := sock.recv(65536):
             received += data
-    return re.sub(rb"\r\ndate: [^\r]*", b"\r\ndate: -", received)
+    return re.sub(rb"(?i)\r\ndate: [^\r]*", b"\r\ndate: -", received)
 
 
 def same(servers: tuple[BackgroundServer, BackgroundServer], *parts: bytes) -> bytes:
@@ -129,3 +129,15 @@ def test_an_answer_left_unfinished_or_a_header_that_splits_it_closes_alike(serve
 def test_a_quoted_path_and_its_query_reach_the_app_alike(servers) -> None:
     wire = same(servers, request("GET", "/a%20b?x=1", b"", "1.1", "connection: close"))
     assert b"x-path: /a b\r\n" in wire
+
+
+def test_an_upgrade_is_answered_alike(servers) -> None:
+    """A protocol no server here speaks (h2c) is served as a plain request; a WebSocket handshake
+    goes to uvicorn's own WebSocket protocol where one is installed, or is served plain, as uvicorn
+    serves it (the app accepts no WebSocket: either way an answer, then the close)."""
+    h2c = request("GET", "/length", b"", "1.1", "connection: upgrade, http2-settings, close", "upgrade: h2c",
+                  "http2-settings: AAMAAABkAAQAAP__")
+    assert same(servers, h2c).startswith(b"HTTP/1.1 200 OK\r\n")
+    handshake = request("GET", "/length", b"", "1.1", "connection: upgrade", "upgrade: websocket",
+                        "sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==", "sec-websocket-version: 13")
+    assert same(servers, handshake).startswith(b"HTTP/1.1 ")
