@@ -128,7 +128,7 @@ def profile_calls(args: argparse.Namespace, tmp: Path) -> tuple[pstats.Stats, in
 
 def calls_table(stats: pstats.Stats, requests: int, top: int) -> str:
     rows = []
-    for (file, line, name), (_, calls, *_rest) in stats.stats.items():  # type: ignore[attr-defined]
+    for (file, line, name), (_, calls, *_rest) in stats.stats.items():  # type: ignore[attr-defined]  # pstats does not declare `stats`
         if file != "~":  # "~": a builtin, called from somewhere already counted
             rows.append((calls, f"{_short(file)}:{line} {name}"))
     rows.sort(reverse=True)
