@@ -121,9 +121,14 @@ def test_a_burst_splits_between_two_identical_pools(start_gateway, spec_fake, st
     policy["pools"]["speculative"]["kind"] = "standard"  # the same priors for both
     gateway = start_gateway(policy)
     model = gateway.app.state.parts.latency
-    for _ in range(50):  # both measured, one a hair faster: the case a burst would herd on
-        model.observe("speculative", "chat/greedy", 0, 0.010, 0.0010)
-        model.observe("standard", "chat/greedy", 0, 0.0105, 0.00105)
+    # Both measured, one a hair faster (the case a burst would herd on), at every load the burst
+    # reaches: measured only idle, the loaded buckets read the priors' spread (a third of E2E), and
+    # about one burst in 300 drew a 13-3 split or worse (the draws, not the load, split it).
+    for load in range(20):
+        for _ in range(20):
+            slower = 1 + 0.1 * load  # each running sequence slows a token by a tenth
+            model.observe("speculative", "chat/greedy", load, 0.010 * slower, 0.0010 * slower)
+            model.observe("standard", "chat/greedy", load, 0.0105 * slower, 0.00105 * slower)
     holds = [spec_fake.hold(), std_fake.hold()]
     burst = 16
     pools: list[str] = []
