@@ -113,6 +113,14 @@ class RequestTimeout(HangsUp):
     code = "request_timeout"
 
 
+class ClientClosed(HangsUp):
+    """The client went away before its request was whole (nginx's 499): nobody reads the
+    answer, and it is not the gateway's error."""
+    status_code = 499
+    error_type = "invalid_request_error"
+    code = "client_closed_request"
+
+
 class PayloadTooLarge(GatewayError):
     status_code = 413
     error_type = "invalid_request_error"

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.types import Receive
 
-from gateway.errors import PayloadTooLarge, RequestTimeout
+from gateway.errors import ClientClosed, PayloadTooLarge, RequestTimeout
 
 BODY_IN_EXTENSION = "specgate.body_in"
 
@@ -44,7 +44,7 @@ async def _take(receive: Receive, limit: int) -> bytes:
     while more:
         message = await receive()
         if message["type"] != "http.request":
-            raise ClientDisconnect()
+            raise ClientClosed("the client closed the connection before its request body was whole")
         chunk: bytes = message.get("body", b"")
         size += len(chunk)
         if size > limit:
