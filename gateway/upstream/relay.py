@@ -338,7 +338,8 @@ class _EventSplitter:
 
     def feed(self, chunk: bytes) -> bytes:
         data = self.pending + chunk if self.pending else chunk
-        lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
+        lf = data.rfind(b"\n\n")  # a CRLF end counts only past it: not searched for back through LF ends
+        crlf = data.rfind(b"\r\n\r\n", lf + 1)  # (a stream's kilobytes that came at once); no LF end: all
         end = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
         if not end:
             if len(data) < self.MAX_PENDING:
