@@ -13,7 +13,7 @@ the same aiohttp client for `--duration` seconds after a warm-up, and prints:
   each shared object (`perf record`; the interpreter's own frames are
   `_PyEval_EvalFrameDefault`), the kernel's included.
 
-    python bench/served_profile.py [--mode stream] [--concurrency 32] [--duration 5] [--perf] [--sources]
+    python bench/served_profile.py [--mode stream] [--concurrency 32] [--duration 5] [--perf [--symbols N]] [--sources]
 
 It is a profile, not a timing: cProfile slows every interpreted call, so its
 requests a second are not the gateway's (bench/overhead.py measures those).
@@ -52,6 +52,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of load before it (default 2)")
     parser.add_argument("--top", type=int, default=25, help="rows of the interpreted calls (default 25)")
     parser.add_argument("--perf", action="store_true", help="also sample the server with perf, by shared object")
+    parser.add_argument("--symbols", type=int, default=0, metavar="N",
+                        help="with --perf, also the N functions with the most samples (default none)")
     parser.add_argument("--sources", action="store_true", help="serve the sources, not the compiled build")
     parser.add_argument("--profiled-serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)  # the server's side
     args = parser.parse_args()
@@ -163,8 +165,12 @@ def perf_table(args: argparse.Namespace, tmp: Path) -> str:
         stop(gateway, backend)
     lines = ["| share of the server's CPU samples | shared object or function |", "|---|---|"]
     lines += [f"| {share} | `{what}` |" for share, what in _perf_rows(tmp / "perf.data", "dso")[:10]]
+    functions = _perf_rows(tmp / "perf.data", "sym")
     lines += [f"| {share} | `{what}` (the interpreter's own frames) |"
-              for share, what in _perf_rows(tmp / "perf.data", "sym") if what.endswith("_PyEval_EvalFrameDefault")]
+              for share, what in functions if what.endswith("_PyEval_EvalFrameDefault")]
+    if args.symbols:
+        lines += ["", "| share of the server's CPU samples | function |", "|---|---|"]
+        lines += [f"| {share} | `{what}` |" for share, what in functions[:args.symbols]]
     return "\n".join(lines)
 
 
