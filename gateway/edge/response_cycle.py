@@ -157,15 +157,15 @@ class ResponseCycle:
             scope: Any = self.scope  # uvicorn's helpers take its own TypedDict scope
             self.access_logger.info('%s - "%s %s HTTP/%s" %d', get_client_addr(scope), scope["method"],
                                     get_path_with_query_string(scope), scope["http_version"], status)
+        pairs = (*self.default_headers, *headers)
+        # every name, and every value, searched at once: a refused byte is refused in whichever it is
+        if (HEADER_NAME_REFUSED.search(b"".join([pair[0] for pair in pairs])) is not None
+                or HEADER_VALUE_REFUSED.search(b"".join([pair[1] for pair in pairs])) is not None):
+            _refuse(pairs)
         content = [STATUS_LINE[status]]
         closes = False
-        for pair in (*self.default_headers, *headers):
-            name, value = pair[0], pair[1]
-            if HEADER_NAME_REFUSED.search(name) is not None:
-                raise RuntimeError("Invalid HTTP header name.")
-            if HEADER_VALUE_REFUSED.search(value) is not None:
-                raise RuntimeError("Invalid HTTP header value.")
-            name = name.lower()
+        for pair in pairs:
+            name, value = pair[0].lower(), pair[1]
             if name == b"content-length" and self.chunked_encoding is None:
                 self.expected_content_length = int(value.decode())
                 self.chunked_encoding = False
@@ -226,3 +226,12 @@ class ResponseCycle:
 def _nothing() -> None:
     pass
 
+
+
+def _refuse(pairs: Any) -> None:
+    """Raises as uvicorn does, at the first refused name or value of `pairs`."""
+    for name, value in pairs:
+        if HEADER_NAME_REFUSED.search(name) is not None:
+            raise RuntimeError("Invalid HTTP header name.")
+        if HEADER_VALUE_REFUSED.search(value) is not None:
+            raise RuntimeError("Invalid HTTP header value.")

@@ -33,8 +33,9 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         body, more = body + message.get("body", b""), message.get("more_body", False)
     if path == "/nothing":  # returns without an answer: a 500
         return
-    if path == "/bad-header":  # a value that would split the response: the connection is closed
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"x-bad", b"a\r\nb")]})
+    if path.startswith("/bad-"):  # a value that would split the response, or a name with a space: closed
+        bad = {"/bad-header": (b"x-bad", b"a\r\nb"), "/bad-name": (b"x bad", b"v")}[path]
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"x-good", b"v"), bad]})
         return
     if path == "/chunked":  # no length: chunked, written in three messages
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
@@ -124,6 +125,7 @@ def test_an_app_that_answers_nothing_gets_a_500_alike(servers) -> None:
 def test_an_answer_left_unfinished_or_a_header_that_splits_it_closes_alike(servers) -> None:
     assert same(servers, request("GET", "/half")).endswith(b"12345")
     assert same(servers, request("GET", "/bad-header")) == b""
+    assert same(servers, request("GET", "/bad-name")) == b""
 
 
 def test_a_quoted_path_and_its_query_reach_the_app_alike(servers) -> None:
