@@ -11,9 +11,15 @@ the same aiohttp client for `--duration` seconds after a warm-up, and prints:
   gateway's own interpreted modules;
 - with `--perf`, in a second load, the share of the server's CPU samples in
   each shared object (`perf record`; the interpreter's own frames are
-  `_PyEval_EvalFrameDefault`), the kernel's included.
+  `_PyEval_EvalFrameDefault`), the kernel's included; `--symbols N` adds the N functions
+  with the most samples;
+- with `--callgrind N`, in a third load, the server's instructions a request
+  (valgrind's callgrind, counting only while the measured load runs) and the N
+  compiled functions with the most, callees included. A count does not move with
+  what else runs on the host, so a change of a few thousand instructions shows.
 
-    python bench/served_profile.py [--mode stream] [--concurrency 32] [--duration 5] [--perf [--symbols N]] [--sources]
+    python bench/served_profile.py [--mode stream] [--concurrency 32] [--duration 5]
+        [--perf [--symbols N]] [--callgrind N] [--sources]
 
 It is a profile, not a timing: cProfile slows every interpreted call, so its
 requests a second are not the gateway's (bench/overhead.py measures those).
@@ -54,6 +60,9 @@ def main() -> None:
     parser.add_argument("--perf", action="store_true", help="also sample the server with perf, by shared object")
     parser.add_argument("--symbols", type=int, default=0, metavar="N",
                         help="with --perf, also the N functions with the most samples (default none)")
+    parser.add_argument("--callgrind", type=int, default=0, metavar="N",
+                        help="also count the server's instructions a request under valgrind's callgrind, and "
+                             "list the N compiled functions with the most, callees included (default none)")
     parser.add_argument("--sources", action="store_true", help="serve the sources, not the compiled build")
     parser.add_argument("--profiled-serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)  # the server's side
     args = parser.parse_args()
@@ -67,6 +76,8 @@ def main() -> None:
         print(calls_table(calls, requests, args.top))
         if args.perf:
             print(perf_table(args, tmp))
+        if args.callgrind:
+            print(callgrind_table(args, tmp))
 
 
 def profiled_serve(argv: list[str]) -> None:
@@ -83,7 +94,9 @@ def profiled_serve(argv: list[str]) -> None:
     runpy.run_module("specgate.cli", run_name="__main__")
 
 
-def serving(args: argparse.Namespace, tmp: Path, profiled: bool) -> tuple[subprocess.Popen, str, subprocess.Popen]:
+def serving(args: argparse.Namespace, tmp: Path, profiled: bool,
+            under: list[str] | None = None) -> tuple[subprocess.Popen, str, subprocess.Popen]:
+    """The backend, the gateway's URL and the gateway (run `under` a tool, if given)."""
     upstream, port = free_port(), free_port()
     (tmp / "policy.yaml").write_text(bench_policy(upstream))
     backend = start([sys.executable, str(HERE / "fast_upstream.py"), "--port", str(upstream)], tmp / "up.log")
@@ -93,9 +106,9 @@ def serving(args: argparse.Namespace, tmp: Path, profiled: bool) -> tuple[subpro
     env = {k: v for k, v in env.items() if k != "SPECGATE_STATE_URL" and not k.startswith("OTEL_")}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--profiled-serve", *serve] if profiled else \
         [sys.executable, "-m", "specgate.cli", *serve]
-    gateway = start(cmd, tmp / "gateway.log", env=env, cwd=ROOT)
+    gateway = start([*(under or []), *cmd], tmp / "gateway.log", env=env, cwd=ROOT)
     wait_port(upstream)
-    wait_port(port)
+    wait_port(port, timeout=30.0 if under is None else 300.0)  # under valgrind: tens of times slower
     return backend, f"http://127.0.0.1:{port}/v1/chat/completions", gateway
 
 
@@ -171,6 +184,45 @@ def perf_table(args: argparse.Namespace, tmp: Path) -> str:
     if args.symbols:
         lines += ["", "| share of the server's CPU samples | function |", "|---|---|"]
         lines += [f"| {share} | `{what}` |" for share, what in functions[:args.symbols]]
+    return "\n".join(lines)
+
+
+def callgrind_table(args: argparse.Namespace, tmp: Path) -> str:
+    """Instructions a request of the server, counted by callgrind only while the measured load runs.
+    The latency model refits a pair at most every 0.1 s of the wall clock, so under valgrind (tens
+    of times slower) its refits run that much more often a request: their row says how much."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        return "valgrind is not installed: no instructions counted"
+    out = tmp / "callgrind.out"
+    backend, url, gateway = serving(args, tmp, profiled=False, under=[
+        "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"])
+    try:
+        load(args, url, args.warmup)
+        subprocess.run(["callgrind_control", "-i", "on", str(gateway.pid)], check=True, capture_output=True)
+        requests = load(args, url, args.duration)["requests"]
+        subprocess.run(["callgrind_control", "-d", str(gateway.pid)], check=True, capture_output=True)
+    finally:
+        stop(gateway, backend)
+    dumps = sorted(tmp.glob("callgrind.out.*"))
+    report = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(dumps[-1])],
+                            capture_output=True, text=True, check=True).stdout
+    total, rows = 0, {}
+    for line in report.splitlines():
+        count, _, where = line.strip().partition(" ")
+        if not count[:1].isdigit():
+            continue
+        value = int(count.replace(",", ""))
+        if "PROGRAM TOTALS" in where:
+            total = value
+        elif "CPyDef_" in where:
+            name = where.split("CPyDef_", 1)[1].split()[0].replace("_____mypyc_generator_helper__", "")
+            rows[name] = max(rows.get(name, 0), value)  # a recursive call is listed again, with less
+    lines = [f"instructions a request, {requests} requests under callgrind ({args.mode}, {args.concurrency} "
+             f"connections): {total / requests / 1000:.0f}k in all, the latency model's refits "
+             f"{rows.get('latency___LatencyModel____current', 0) / requests / 1000:.0f}k of them",
+             "", "| k instructions a request, callees included | compiled function |", "|---|---|"]
+    top = sorted(rows.items(), key=lambda row: -row[1])[:args.callgrind]
+    lines += [f"| {value / requests / 1000:.1f} | `{name}` |" for name, value in top]
     return "\n".join(lines)
 
 
