@@ -227,7 +227,6 @@ def _nothing() -> None:
     pass
 
 
-
 def _refuse(pairs: Any) -> None:
     """Raises as uvicorn does, at the first refused name or value of `pairs`."""
     for name, value in pairs:
