@@ -138,7 +138,7 @@ class SharedVerdicts:
                 self.load.clear()  # unknown now, as when the guard cannot read its source
             raise
         finally:
-            await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves PubSub.aclose unannotated
+            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # annotated from redis-py 8.2 on
 
     async def _follow(self, pubsub: PubSub, woken: asyncio.Event) -> None:
         await pubsub.subscribe(self.channel)

@@ -216,7 +216,7 @@ class SharedOverrides:
                         self._apply_raw(message["data"], stored=False)
         finally:
             self._listening = False
-            await pubsub.aclose()  # type: ignore[no-untyped-call]  # the client leaves this one unannotated
+            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # annotated from redis-py 8.2 on
 
     def _apply_raw(self, raw: bytes | str, stored: bool) -> None:
         override = Override.parse(raw)
