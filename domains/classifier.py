@@ -91,10 +91,10 @@ def opening_class(source: str) -> str:
     at = 0
     while at < len(body):
         if at + 2 < len(body) and body[at + 1] == "-":  # a range; a `-` first or last is itself
-            low, high = body[at], body[at + 2]
-            if low > high:
+            low, high = ord(body[at]), ord(body[at + 2])
+            if not 0 <= high - low < MAX_OPENING:  # reversed, or too wide to list (`[a-\U0010ffff]`)
                 return ""
-            chars.update(chr(code) for code in range(ord(low), ord(high) + 1))
+            chars.update(chr(code) for code in range(low, high + 1))
             at += 3
         else:
             chars.add(body[at])
