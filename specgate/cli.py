@@ -34,11 +34,16 @@ def build_parser() -> argparse.ArgumentParser:
         sub = subparsers.add_parser(
             name,
             help=help_text,
-            description=(module.__doc__ or help_text).strip().splitlines()[0],
+            description=summary(module.__doc__ or help_text),
         )
         module.add_arguments(sub)
         sub.set_defaults(run=module.run)
     return parser
+
+
+def summary(doc: str) -> str:
+    """A docstring's first paragraph on one line: what `--help` says a command does."""
+    return " ".join(doc.strip().split("\n\n")[0].split())
 
 
 def describe(exc: BaseException) -> str:

@@ -1,4 +1,4 @@
-"""Compile the gateway's routing decision to C with mypyc (optional: `specgate serve` uses the
+"""Compile the gateway's request path to C with mypyc (optional: `specgate serve` uses the
 build while it matches the sources, and the sources otherwise)."""
 
 from __future__ import annotations
