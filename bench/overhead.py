@@ -28,6 +28,9 @@ require`) and adds `gateway (sources)` beside them; without it they run the sour
 `--granian` adds `gateway (granian)`: the same app served by granian (`pip install granian`;
 bench/granian_app.py), one worker, uvloop.
 
+`--prompt-chars N` sends a prompt of N characters instead of the one short sentence, so what a long prompt
+costs (the body's parse, the domain classifier, the prefix keys) shows in every target alike.
+
 `--tracing` adds `gateway+tracing`: the same gateway exporting a span per request (OTEL_EXPORTER_OTLP_ENDPOINT)
 to an OTLP receiver of its own (bench/otlp_sink.py), so what tracing costs is measured against `gateway`.
 """
@@ -54,8 +57,15 @@ from baseline import compile_tree, export_tree  # noqa: E402 (the sibling module
 from proc_cpu import cpu_seconds, process_tree  # noqa: E402 (the sibling module)
 
 ROOT = Path(__file__).resolve().parent.parent
-BODY = {"model": "bench", "messages": [{"role": "user", "content": "Write a haiku about rivers."}],
-        "temperature": 0, "max_tokens": 128}
+PROMPT = "Write a haiku about rivers."  # a chat prompt, the default policy's default domain
+BODY = {"model": "bench", "messages": [{"role": "user", "content": PROMPT}], "temperature": 0, "max_tokens": 128}
+
+
+def body(prompt_chars: int) -> dict:
+    """The bench's request with a prompt of `prompt_chars` characters: its sentence repeated
+    (no domain's keyword or pattern in it, so the classifier searches every one) and cut there."""
+    text = " ".join([PROMPT] * (prompt_chars // len(PROMPT) + 1))[:prompt_chars]
+    return {**BODY, "messages": [{"role": "user", "content": text}]}
 
 NGINX_CONF = """
 worker_processes 1;
@@ -152,10 +162,10 @@ def _ms(value: str, unit: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
 
-async def run_aiohttp(url: str, concurrency: int, duration: float, stream: bool) -> dict:
+async def run_aiohttp(url: str, concurrency: int, duration: float, stream: bool, request: dict = BODY) -> dict:
     import aiohttp
 
-    payload = json.dumps({**BODY, "stream": stream}).encode()
+    payload = json.dumps({**request, "stream": stream}).encode()
     complete = b"data: [DONE]\n\n" if stream else b"}"
     latencies: list[float] = []
     errors = 0
@@ -206,8 +216,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--compiled", action="store_true", help="run the gateways with the request path compiled "
                         "(`specgate compile`), and the sources beside them as `gateway (sources)`")
     parser.add_argument("--granian", action="store_true", help="also serve the app with granian (pip install granian)")
+    parser.add_argument("--prompt-chars", type=int, default=len(PROMPT), metavar="N",
+                        help=f"the prompt's length in characters (default {len(PROMPT)}: one short sentence; a "
+                             "longer one repeats it, to show what the body's parse and the classifier cost)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "overhead.json")
     args = parser.parse_args()
+    if args.prompt_chars < 1:
+        parser.error("--prompt-chars must be at least 1")
     args.workers = [int(n) for n in args.workers.split(",") if int(n) > 1]
     if args.workers and not (args.state_url or args.start_redis):
         parser.error("--workers needs --state-url or --start-redis")
@@ -223,9 +238,11 @@ def main() -> None:
         sys.exit("--granian needs granian beside this Python: pip install granian")
     tmp = Path(tempfile.mkdtemp(prefix="specgate-overhead-"))
     script = tmp / "post.lua"
-    script.write_text(WRK_SCRIPT.format(body=json.dumps(BODY)))
+    request = body(args.prompt_chars)
+    script.write_text(WRK_SCRIPT.format(body=json.dumps(request)))
     procs: list[subprocess.Popen] = []
-    results: dict = {"duration_s": args.duration, "rounds": args.rounds, "cpus": os.cpu_count(), "runs": []}
+    results: dict = {"duration_s": args.duration, "rounds": args.rounds, "cpus": os.cpu_count(),
+                     "prompt_chars": args.prompt_chars, "runs": []}
     try:
         targets = start_targets(args, tmp, procs)
         for port, listeners, _ in targets.values():
@@ -235,12 +252,12 @@ def main() -> None:
             for concurrency in [int(c) for c in args.concurrency.split(",")]:
                 for port, _, _ in targets.values():  # warm up connections and code paths
                     url = f"http://127.0.0.1:{port}/v1/chat/completions"
-                    measure(mode, url, concurrency, 1.0, script)
+                    measure(mode, url, concurrency, 1.0, script, request)
                 for round_no in range(args.rounds):
                     for target, (port, _, _) in targets.items():
                         url = f"http://127.0.0.1:{port}/v1/chat/completions"
                         before = cpu_seconds(trees[target])
-                        row = measure(mode, url, concurrency, args.duration, script)
+                        row = measure(mode, url, concurrency, args.duration, script, request)
                         row["cpu_us"] = 1e6 * (cpu_seconds(trees[target]) - before) / max(1, row["requests"])
                         row.update(mode=mode, concurrency=concurrency, target=target, round=round_no)
                         results["runs"].append(row)
@@ -327,10 +344,10 @@ def exported_spans(log: Path) -> int:
     return int(counts[-1]) if counts else 0
 
 
-def measure(mode: str, url: str, concurrency: int, duration: float, script: Path) -> dict:
+def measure(mode: str, url: str, concurrency: int, duration: float, script: Path, request: dict) -> dict:
     if mode == "wrk":
         return run_wrk(url, concurrency, duration, script)
-    return asyncio.run(run_aiohttp(url, concurrency, duration, stream=mode == "stream"))
+    return asyncio.run(run_aiohttp(url, concurrency, duration, mode == "stream", request))
 
 
 def summarize(runs: list[dict]) -> list[dict]:

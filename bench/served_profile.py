@@ -19,7 +19,7 @@ the same aiohttp client for `--duration` seconds after a warm-up, and prints:
   what else runs on the host, so a change of a few thousand instructions shows.
 
     python bench/served_profile.py [--mode stream] [--concurrency 32] [--duration 5]
-        [--perf [--symbols N]] [--callgrind N] [--sources]
+        [--perf [--symbols N]] [--callgrind N] [--prompt-chars N] [--sources]
 
 It is a profile, not a timing: cProfile slows every interpreted call, so its
 requests a second are not the gateway's (bench/overhead.py measures those).
@@ -44,7 +44,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from overhead import bench_policy, free_port, run_aiohttp, start, wait_port  # noqa: E402 (the sibling module)
+from overhead import PROMPT, bench_policy, body, free_port, run_aiohttp, start, wait_port  # noqa: E402 (the sibling module)
 
 BEGIN, END = signal.SIGUSR1, signal.SIGUSR2  # the server's profiler: on, then off and written
 
@@ -63,9 +63,13 @@ def main() -> None:
     parser.add_argument("--callgrind", type=int, default=0, metavar="N",
                         help="also count the server's instructions a request under valgrind's callgrind, and "
                              "list the N compiled functions with the most, callees included (default none)")
+    parser.add_argument("--prompt-chars", type=int, default=len(PROMPT), metavar="N",
+                        help=f"the prompt's length in characters (default {len(PROMPT)}, as bench/overhead.py's)")
     parser.add_argument("--sources", action="store_true", help="serve the sources, not the compiled build")
     parser.add_argument("--profiled-serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)  # the server's side
     args = parser.parse_args()
+    if args.prompt_chars < 1:
+        parser.error("--prompt-chars must be at least 1")
     if args.profiled_serve is not None:
         profiled_serve(args.profiled_serve)
         return
@@ -113,7 +117,7 @@ def serving(args: argparse.Namespace, tmp: Path, profiled: bool,
 
 
 def load(args: argparse.Namespace, url: str, seconds: float) -> dict:
-    return asyncio.run(run_aiohttp(url, args.concurrency, seconds, stream=args.mode == "stream"))
+    return asyncio.run(run_aiohttp(url, args.concurrency, seconds, args.mode == "stream", body(args.prompt_chars)))
 
 
 def stop(*procs: subprocess.Popen) -> None:
