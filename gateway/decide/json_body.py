@@ -19,13 +19,17 @@ about three times as fast as the standard library's decoder, whenever
 orjson gives what `json.loads` gives. It refuses what json.loads reads
 differently or not at all (NaN and Infinity, a lone surrogate, text in
 UTF-16, a byte-order mark, an invalid byte), and the body then goes to the
-decoder, whose value, error and message stand. Two kinds of body go to the
-decoder without trying orjson:
-- a run of 19 digits anywhere: it may be an integer past 64 bits, which
-  orjson reads as a float;
-- more than `ORJSON_DEPTH` opening brackets: it may nest deeper than json.loads
-  reads (orjson reads 1,024 levels, json.loads as deep as the stack lets it)
-  or than orjson writes it again (`dumps_with`).
+decoder, whose value, error and message stand. Two kinds of value that orjson
+reads go to the decoder too, found by one walk of what it read (its values, not
+its bytes: a 4 KB prompt is one value, and its bytes scanned twice and copied
+once cost four times orjson's parse):
+- a float of magnitude 2**63 or more: it may have been an integer past 64
+  bits, which orjson reads as a float (json.loads as an int);
+- more than `ORJSON_DEPTH` levels: it may nest deeper than json.loads reads
+  (orjson reads 1,024 levels, json.loads as deep as the stack lets it) or
+  than orjson writes it again (`dumps_with`).
+Every other number orjson reads as json.loads does, to the last bit of a
+float with more digits than a double holds.
 """
 
 from __future__ import annotations
@@ -43,9 +47,8 @@ SPAN_BYTES = 64 * 1024  # a smaller body is parsed by the decoder alone: seriali
 MAX_SPANS = 256  # top-level keys walked in Python; past them the decoder parses the body whole, without spans
 SEPARATORS = (",", ":")
 _SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace, as json.decoder reads it
-_DIGITS_AS_ZEROS = bytes.maketrans(b"123456789", b"000000000")  # a run of digits is found as a run of zeros
-_LONG_DIGITS = b"0" * 19  # may be an integer past 64 bits, which orjson reads as a float (a regex costs 5x)
 ORJSON_DEPTH = 254  # the levels orjson writes
+INTEGER_AS_FLOAT = 2.0 ** 63  # an integer past 64 bits comes out of orjson as a float at least this large
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +76,14 @@ def loads(raw: bytes, decoder: json.JSONDecoder) -> JsonBody:
     Of the options only `parse_constant` may differ from the defaults: orjson
     reads a small body without them, and refuses the constants it is called on."""
     small = len(raw) < SPAN_BYTES
-    if small and _orjson_reads_as_json_loads(raw):
+    if small:
         try:
-            return JsonBody(orjson.loads(raw), None)
+            value = orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass  # the decoder reads it as json.loads does, or raises what json.loads raises
+        else:
+            if read_as_json_loads(value):
+                return JsonBody(value, None)
     text = raw.decode(json.detect_encoding(raw), "surrogatepass")  # as json.loads decodes bytes
     if small:
         return JsonBody(decoder.decode(text), None)
@@ -88,9 +94,27 @@ def loads(raw: bytes, decoder: json.JSONDecoder) -> JsonBody:
     return JsonBody(value, Spans(raw, None if len(raw) == len(text) else text, at))
 
 
-def _orjson_reads_as_json_loads(raw: bytes) -> bool:
-    """Whether orjson, when it reads `raw`, reads what json.loads reads."""
-    return raw.count(b"[") + raw.count(b"{") <= ORJSON_DEPTH and _LONG_DIGITS not in raw.translate(_DIGITS_AS_ZEROS)
+def read_as_json_loads(value: object) -> bool:
+    """Whether `value`, as orjson read it, is what json.loads reads: nested at most
+    `ORJSON_DEPTH` levels, and no float that may have been an integer past 64 bits.
+    One level at a time, so no recursion however deep orjson went."""
+    if isinstance(value, float):
+        return -INTEGER_AS_FLOAT < value < INTEGER_AS_FLOAT
+    level: list[dict[Any, Any] | list[Any]] = [value] if isinstance(value, (dict, list)) else []
+    depth = 1
+    while level:
+        if depth > ORJSON_DEPTH:
+            return False
+        deeper: list[dict[Any, Any] | list[Any]] = []
+        for container in level:
+            for item in container.values() if isinstance(container, dict) else container:
+                if isinstance(item, float):
+                    if not -INTEGER_AS_FLOAT < item < INTEGER_AS_FLOAT:
+                        return False
+                elif isinstance(item, (dict, list)):
+                    deeper.append(item)
+        level, depth = deeper, depth + 1
+    return True
 
 
 def dumps_with(body: Mapping[str, Any], changes: Mapping[str, Any], spans: Spans | None) -> bytes:

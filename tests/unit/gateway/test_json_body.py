@@ -7,9 +7,19 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.decide.features import parse_json, parse_json_body
-from gateway.decide.json_body import MAX_SPANS, SPAN_BYTES, dumps_with, loads
+from gateway.decide.json_body import (
+    INTEGER_AS_FLOAT,
+    MAX_SPANS,
+    ORJSON_DEPTH,
+    SPAN_BYTES,
+    dumps_with,
+    loads,
+    read_as_json_loads,
+)
 from gateway.errors import InvalidRequest
 
 PAD = " " * SPAN_BYTES  # JSON whitespace: makes any body large enough to be walked
@@ -145,3 +155,38 @@ def test_a_small_bad_body_is_the_400_json_loads_would_give(raw, fragment):
     with pytest.raises(InvalidRequest) as info:
         parse_json_body(raw)
     assert fragment in info.value.message
+
+
+def _nested(levels: int, inner: object = 0) -> object:
+    value = inner
+    for level in range(levels - 1):
+        value = [value] if level % 2 else {"k": value}
+    return [value]
+
+
+@pytest.mark.parametrize("value, read", [
+    (_nested(ORJSON_DEPTH), True), (_nested(ORJSON_DEPTH + 1), False), (_nested(ORJSON_DEPTH, {}), False),
+    (_nested(40, INTEGER_AS_FLOAT), False), (_nested(40, -INTEGER_AS_FLOAT), False),
+    (_nested(40, 9.223372036854775e18), True), ({"a": [1.5, -2e300]}, False), ({"a": "1" * 40}, True),
+    (1e19, False), (-1e19, False), (0.5, True), ("text", True), (None, True), (10**30, True), ([], True), ({}, True),
+])
+def test_what_orjson_read_is_json_loads_value_within_its_depth_and_below_2_to_the_63(value, read):
+    """An integer past 64 bits comes out of orjson as a float of 2**63 or more: such a float, or
+    nesting past what orjson writes, sends the body to the decoder."""
+    assert read_as_json_loads(value) is read
+
+
+_DIGITS = st.text("0123456789", min_size=1, max_size=45)
+_NUMBERS = st.builds(
+    lambda sign, whole, fraction, exponent: f"{sign}{whole.lstrip('0') or '0'}{fraction}{exponent}",
+    st.sampled_from(["", "-"]), _DIGITS, st.one_of(st.just(""), _DIGITS.map(lambda d: "." + d)),
+    st.one_of(st.just(""), st.integers(-340, 340).map(lambda e: f"e{e}")))
+
+
+@given(st.lists(_NUMBERS, min_size=1, max_size=8), st.integers(1, 4))
+def test_every_number_a_small_body_holds_is_read_as_json_loads_reads_it(numbers, levels):
+    """Integers and floats of any length and exponent, at any depth, typed as json.loads types
+    them: integers past 64 bits and floats past a double's digits included."""
+    raw = ('{"n": ' + "[" * levels + ", ".join(numbers) + "]" * levels + "}").encode()
+    parsed = loads(raw, json.JSONDecoder())
+    assert _typed(parsed.value) == _typed(json.loads(raw))
