@@ -23,7 +23,7 @@ def compile_tree(tree: Path, env: dict[str, str]) -> bool:
     if not (tree / "specgate" / "compiled.py").exists():
         print(f"{tree} has no `specgate compile`: it runs its sources", file=sys.stderr)
         return False
-    print(f"compiling {tree}'s build (a minute or two)...", file=sys.stderr)
+    print(f"compiling {tree}'s build (several minutes on 2 cores)...", file=sys.stderr)
     subprocess.run([sys.executable, "-m", "specgate.cli", "compile"], cwd=tree, env={**env, "PYTHONPATH": str(tree)},
                    check=True)
     return True
