@@ -8,7 +8,8 @@ all three alike; the reported numbers are medians over rounds. Needs Debian's ng
     python bench/overhead.py --concurrency 1,32,128 --duration 5 --rounds 3
 
 `--baseline REF` adds a fourth target: the gateway as of git commit REF (exported to a temporary folder),
-interleaved with the others, so a change's cost is measured against the code before it under the same noise.
+interleaved with the others, so a change's cost is measured against the code before it under the same noise;
+a last table then lists each round's CPU a request of both, the spread the medians hide.
 
 Every row also says how much CPU the target's own processes (the gateway and its workers, nginx's master and
 worker, the backend for `direct`) spent per request served in that window: user + system time from
@@ -53,7 +54,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from baseline import compile_tree, export_tree  # noqa: E402 (the sibling modules)
-from overhead_tables import markdown, summarize  # noqa: E402 (the sibling module)
+from overhead_tables import markdown, rounds_markdown, summarize  # noqa: E402 (the sibling module)
 from proc_cpu import cpu_seconds, process_tree  # noqa: E402 (the sibling module)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -275,6 +276,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     print(markdown(results["summary"]))
+    if args.baseline:
+        print("\n" + rounds_markdown(results["runs"]))
 
 
 def start_targets(args: argparse.Namespace, tmp: Path,

@@ -1,5 +1,6 @@
 """bench/overhead.py's run in numbers: each target's medians over rounds, against direct and
-nginx (and the baseline, where there is one), and the Markdown tables docs/benchmarks.md quotes."""
+nginx (and the baseline, where there is one), the Markdown tables docs/benchmarks.md quotes, and
+each round's CPU a request beside the baseline's: the spread a median hides."""
 
 from __future__ import annotations
 
@@ -62,4 +63,19 @@ def markdown(rows: list[dict]) -> str:
                              f"{t['rps'] / g['rps']:.2f} | {t['rps'] / n['rps']:.2f} | "
                              f"{t['p50_ms']:.2f}/{t['p99_ms']:.2f} | {t['p50_ms'] - g['p50_ms']:+.2f} | "
                              f"{t['cpu_us']:.0f} | {t['errors']} |")
+    return "\n".join(lines)
+
+
+def rounds_markdown(runs: list[dict], targets: tuple[str, ...] = ("baseline", "gateway")) -> str:
+    """CPU µs a request in each round, by mode and concurrency, for each of `targets` that ran:
+    whether a change shows outside the rounds' spread."""
+    ran = [target for target in targets if any(r["target"] == target for r in runs)]
+    lines = ["| CPU µs a request, each round | " + " | ".join(ran) + " |", "|---|" + "---|" * len(ran)]
+    for mode, concurrency in sorted({(r["mode"], r["concurrency"]) for r in runs}):
+        cells = []
+        for target in ran:
+            rounds = sorted((r["round"], r["cpu_us"]) for r in runs
+                            if (r["mode"], r["concurrency"], r["target"]) == (mode, concurrency, target))
+            cells.append(", ".join(f"{cpu:.0f}" for _, cpu in rounds))
+        lines.append(f"| {mode}, {concurrency} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
