@@ -100,6 +100,9 @@ def test_sigkill_the_leader_exactly_one_new_leader_within_ttl_and_interval(tmp_p
         wait_until(lambda: holder(client) not in (None, old.name), "a new leader")
         new = members[str(holder(client))]
         assert int(client.get(FENCE) or 0) == token + 1
+        # the lease is in the store before the new leader writes that it leads: wait for its line
+        wait_until(lambda: any(e["event"] == "leading" and e["t"] > killed for e in new.events()),
+                   "the new leader's word that it leads")
         survivors = [m for m in members.values() if m is not old]
         took_over = [e for m in survivors for e in m.events() if e["event"] == "leading" and e["t"] > killed]
         assert [e["token"] for e in took_over] == [token + 1], "exactly one new leader"
