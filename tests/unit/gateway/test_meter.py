@@ -8,12 +8,14 @@ import re
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from backends.serving.answers import SSE_DONE, ResponseBuilder, sse
 from backends.serving.generation import Endpoint
 from gateway.upstream.drafting import Drafting
 from gateway.upstream.meter import Measurement, TokenMeter
-from gateway.upstream.usage import UsageTap, completion_tokens, done_events
+from gateway.upstream.usage import FINISH, UsageTap, completion_tokens, done_events, finish_at
 
 FINGERPRINT = "vllm-0.32.0-0123abcd"
 
@@ -124,6 +126,27 @@ DONE_EVENTS = re.compile(rb"data:[ \t]*\[DONE\]")  # the search `done_events` st
 ])
 def test_done_events_counts_what_the_regex_finds(data):
     assert done_events(data) == len(DONE_EVENTS.findall(data))
+
+
+# the pieces a finish_reason key is made of and mistaken for, and what separates them
+FINISH_PIECES = st.sampled_from([b'"finish_reason"', b'_reason"', b'"finish', b'"stop_reason"', b'"finish__reason"',
+                                 b":", b" ", b"\t", b"\r\n", b'"', b"null", b"x", b"_", b"data: ", b"\n\n"])
+
+
+@given(st.lists(FINISH_PIECES, max_size=24).map(b"".join))
+def test_finish_at_is_where_the_regex_first_matches(data):
+    found = FINISH.search(data)
+    assert finish_at(data) == (-1 if found is None else found.start())
+
+
+@pytest.mark.parametrize("data", [
+    b'"finish_reason":"stop"', b'"finish_reason" : \t"length"', b'"finish_reason":null', b'_reason":"x"',
+    b'"stop_reason":"</s>","finish_reason":"stop"', b'"stop_reason":"</s>"', b'finish_reason":"stop"',
+    b'{"index":0,"stop_reason":"</s>"}', b'{"index":0,"stop_reason":"</s>","finish_reason":"stop"}',
+])
+def test_finish_at_cases(data):
+    found = FINISH.search(data)
+    assert finish_at(data) == (-1 if found is None else found.start())
 
 
 def test_a_stream_without_usage_counts_its_events_less_done():
