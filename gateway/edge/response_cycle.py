@@ -29,6 +29,10 @@ from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 # uvicorn's: the bytes a response header's name and value may not hold
 HEADER_NAME_REFUSED = re.compile(b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]')
 HEADER_VALUE_REFUSED = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
+# The same bytes, for `refuses`: a regex's character class costs some 4k instructions a search of
+# a response's names or values, where `translate` deletes them in a C loop
+NAME_REFUSED = bytes(b for b in range(256) if HEADER_NAME_REFUSED.match(bytes([b])))
+VALUE_REFUSED = bytes(b for b in range(256) if HEADER_VALUE_REFUSED.match(bytes([b])))
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 LAST_CHUNK = b"0\r\n\r\n"
 
@@ -158,14 +162,15 @@ class ResponseCycle:
             self.access_logger.info('%s - "%s %s HTTP/%s" %d', get_client_addr(scope), scope["method"],
                                     get_path_with_query_string(scope), scope["http_version"], status)
         pairs = (*self.default_headers, *headers)
-        # every name, and every value, searched at once: a refused byte is refused in whichever it is
-        if (HEADER_NAME_REFUSED.search(b"".join([pair[0] for pair in pairs])) is not None
-                or HEADER_VALUE_REFUSED.search(b"".join([pair[1] for pair in pairs])) is not None):
+        names = b"".join([pair[0] for pair in pairs])
+        # every name, and every value, checked at once: a refused byte is refused in whichever it is
+        if refuses(NAME_REFUSED, names) or refuses(VALUE_REFUSED, b"".join([pair[1] for pair in pairs])):
             _refuse(pairs)
+        lower = not names.islower()  # uvicorn lower-cases each name: here only if one has a capital letter
         content = [STATUS_LINE[status]]
         closes = False
         for pair in pairs:
-            name, value = pair[0].lower(), pair[1]
+            name, value = pair[0].lower() if lower else pair[0], pair[1]
             if name == b"content-length" and self.chunked_encoding is None:
                 self.expected_content_length = int(value.decode())
                 self.chunked_encoding = False
@@ -225,6 +230,11 @@ class ResponseCycle:
 
 def _nothing() -> None:
     pass
+
+
+def refuses(refused: bytes, data: bytes) -> bool:
+    """Whether `data` holds one of the bytes in `refused`."""
+    return len(data.translate(None, refused)) != len(data)
 
 
 def _refuse(pairs: Any) -> None:

@@ -58,9 +58,8 @@ def request_headers(headers: Iterable[tuple[str, str]], extra: dict[str, str]) -
 def response_headers(headers: AnswerHeaders, extra: dict[str, str]) -> list[tuple[bytes, bytes]]:
     """The backend's headers less hop-by-hop ones (those its `Connection` names
     too) and less those the gateway sets itself: `extra` replaces them."""
-    raw = headers.raw
-    named = connection_named(v.decode("latin-1") for k, v in raw if k.lower() == b"connection")
-    kept = [(k.lower(), v) for k, v in raw
-            if (name := k.lower().decode("latin-1")) not in RESPONSE_DROP and name not in extra
-            and name not in named]
+    lowered = [(k.lower(), v) for k, v in headers.raw]  # each name lowered once: a method call from compiled code
+    named = connection_named([v.decode("latin-1") for k, v in lowered if k == b"connection"])
+    kept = [(k, v) for k, v in lowered
+            if (name := k.decode("latin-1")) not in RESPONSE_DROP and name not in extra and name not in named]
     return kept + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
