@@ -12,7 +12,7 @@ plain bytes still labelled compressed.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 
@@ -33,13 +33,18 @@ class AnswerHeaders:
 
 
 class Answer:
-    __slots__ = ("status_code", "headers", "stream", "_closed")
+    """`ended`, when given, tells whether the body has been read to its end (the transport's
+    stream knows; an httpx stream does not say, so an answer `of` one never has)."""
 
-    def __init__(self, status_code: int, headers: list[tuple[bytes, bytes]], stream: httpx.AsyncByteStream) -> None:
+    __slots__ = ("status_code", "headers", "stream", "_closed", "_ended")
+
+    def __init__(self, status_code: int, headers: list[tuple[bytes, bytes]], stream: httpx.AsyncByteStream,
+                 ended: Callable[[], bool] | None = None) -> None:
         self.status_code = status_code
         self.headers = AnswerHeaders(headers)
         self.stream = stream  # exchange.py wraps it (trace, token meter) before the relay reads it
         self._closed = False
+        self._ended = ended
 
     @classmethod
     def of(cls, response: httpx.Response) -> Answer:
@@ -51,6 +56,11 @@ class Answer:
     @property
     def is_success(self) -> bool:
         return 200 <= self.status_code < 300
+
+    def ended(self) -> bool:
+        """Whether the body's last byte has been read, so no read is left to wait for (False when
+        the stream cannot tell)."""
+        return self._ended is not None and self._ended()
 
     def aiter_raw(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive; the answer is closed once they end or fail (a reader that

@@ -7,11 +7,14 @@ client that stops reading is cut the same way once one write to it has
 waited `write_s` (one timer per exchange, not one per write). Server-sent
 events are relayed chunk by chunk as they arrive; while the first chunk is
 awaited an SSE comment goes out every `keepalive_s` so idle-timeout proxies
-keep the connection. A pool whose policy paces its streams has its bursts
+keep the connection. The events that came with the body's end (the answer
+says so: `Answer.ended`) go out with the response's end, in one message, and
+no read waits to learn of the end. A pool whose policy paces its streams has its bursts
 split and spaced by a `Pacer` (pacing.py). An answer that breaks after its
 first byte ends with an error event, the way the request's API reports
-errors mid-stream (usage.py's `UsagePlan.stream_error`). The exchange is finished at its end (its claim given back, its
-numbers recorded), whatever happened.
+errors mid-stream (usage.py's `UsagePlan.stream_error`). The exchange is
+finished at its end (its claim given back, its numbers recorded), whatever
+happened.
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ import httpx
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway.errors import GatewayError
+from gateway.upstream.events import EventSplitter
 from gateway.upstream.exchange import SSE, Exchange, Outcome
 from gateway.upstream.failures import upstream_error
 from gateway.upstream.headers import response_headers
 from gateway.upstream.pacing import Pacer
 from gateway.upstream.proxy import Opened
 from gateway.upstream.upstream import Upstream
-from gateway.upstream.usage import UsagePlan, UsageTap
+from gateway.upstream.usage import UsagePlan
 
 # An ASGI extension the server may put in the scope: a callable that resets the
 # client connection at once (a graceful close waits for buffers a stalled client never drains).
@@ -230,9 +234,10 @@ class Relay:
         await send({"type": "http.response.start", "status": response.status_code,
                     "headers": response_headers(response.headers, self.exchange.headers())})
         chunks = response.aiter_raw()
-        events = _EventSplitter(self.exchange.tap)
+        events = EventSplitter(self.exchange.tap)
         pacer = self._pacer()
         first: bytes | None = None
+        last = b""  # the events that came with the body's end: written with the last chunk, in one write
         try:  # the transport holds every read to the request's deadline
             first = await self._first_chunk(chunks, send, task, loop)
             if first and pacer is not None:
@@ -240,9 +245,16 @@ class Relay:
                     async for run in runs:
                         await self._send_events(send, run, outcome)
             elif first:
-                await self._send_events(send, events.feed(first), outcome)
-                async for chunk in chunks:
-                    await self._send_events(send, events.feed(chunk), outcome)
+                last = events.feed(first)
+                if not response.ended():  # else no read is left: not one to learn the end from either
+                    await self._send_events(send, last, outcome)
+                    last = b""
+                    async for chunk in chunks:
+                        run = events.feed(chunk)
+                        if response.ended():
+                            last = run
+                            break
+                        await self._send_events(send, run, outcome)
         except (httpx.HTTPError, TimeoutError) as exc:
             if outcome.delivered:  # [DONE] went out: the answer is whole, only the backend's close was late
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -255,7 +267,7 @@ class Relay:
             payload = events.held() + self.exchange.request.usage.stream_error(error)
             await send({"type": "http.response.body", "body": payload, "more_body": False})
             return
-        await send({"type": "http.response.body", "body": events.rest(), "more_body": False})
+        await send({"type": "http.response.body", "body": last + events.rest(), "more_body": False})
         outcome.ok = True
 
     def _pacer(self) -> Pacer | None:
@@ -324,46 +336,11 @@ class _Keepalive:
             self.sending = None
 
 
-class _EventSplitter:
-    """Passes on whole server-sent events as soon as they are complete and keeps
-    a trailing partial event back, so a stream that breaks never leaves the
-    client half an event (which it could not parse). Whole events go through
-    the exchange's `UsageTap` when it has one."""
-
-    MAX_PENDING = 1 << 20  # an "event" this large is not SSE: pass it on as it is
-
-    def __init__(self, tap: UsageTap | None = None) -> None:
-        self.pending = b""
-        self.tap = tap
-
-    def feed(self, chunk: bytes) -> bytes:
-        data = self.pending + chunk if self.pending else chunk
-        lf = data.rfind(b"\n\n")  # a CRLF end counts only past it: not searched for back through LF ends
-        crlf = data.rfind(b"\r\n\r\n", lf + 1)  # (a stream's kilobytes that came at once); no LF end: all
-        end = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
-        if not end:
-            if len(data) < self.MAX_PENDING:
-                self.pending = data
-                return b""
-            end = len(data)
-        self.pending = data[end:]
-        return data[:end] if self.tap is None else self.tap.feed(data[:end])
-
-    def rest(self) -> bytes:
-        """The end of the stream: what is left, whole or not."""
-        rest, self.pending = self.pending, b""
-        return rest if self.tap is None else self.tap.feed(rest) + self.tap.flush()
-
-    def held(self) -> bytes:
-        """The whole events the tap still holds, for a stream that broke (the partial one is dropped)."""
-        return b"" if self.tap is None else self.tap.flush()
-
-
 class _Runs:
     """The stream as runs of whole events, for a pacer: an iterator of its own rather than an
     async generator, which mypyc cannot compile."""
 
-    def __init__(self, first: bytes, chunks: AsyncIterator[bytes], events: _EventSplitter) -> None:
+    def __init__(self, first: bytes, chunks: AsyncIterator[bytes], events: EventSplitter) -> None:
         self._first: bytes | None = first
         self._chunks = chunks
         self._events = events

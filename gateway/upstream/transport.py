@@ -259,6 +259,10 @@ class ResponseStream(httpx.AsyncByteStream):
         self._timeout = self._idle_timeout
         return chunk
 
+    def ended(self) -> bool:
+        """Whether the body has been read to its end: the next read would end the stream."""
+        return not self._done and self._connection.complete and not self._connection.chunks
+
     async def aclose(self) -> None:
         if not self._done:
             self._done = True
@@ -283,8 +287,8 @@ class PooledTransport(httpx.AsyncBaseTransport):
         `UnicodeEncodeError` before anything is taken or sent."""
         payload = _message(method, target, headers, body)
         origin, connection = await self._start(target.origin, method, payload, timeouts, deadline)
-        return Answer(connection.status, connection.headers,
-                      ResponseStream(self, origin, connection, timeouts.get("read"), deadline, timeouts.get("idle")))
+        stream = ResponseStream(self, origin, connection, timeouts.get("read"), deadline, timeouts.get("idle"))
+        return Answer(connection.status, connection.headers, stream, stream.ended)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """httpx's way in (the pool's `httpx.AsyncClient`: health checks, /v1/models), through `send`;

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.upstream.relay import _EventSplitter
+from gateway.upstream.events import EventSplitter
 
 ENDS = [b"\n\n", b"\r\n\r\n", b"\n\r\n", b"\r\n\n", b"\r\n", b"\n"]
 EVENT = st.one_of(  # an event, or line ends alone (blank lines, an empty event)
@@ -25,7 +25,7 @@ def last_end(data: bytes) -> int:
 def test_each_chunk_passes_on_up_to_the_last_whole_event(events: list[bytes], partial: bytes,
                                                           cuts: list[int]) -> None:
     stream = b"".join(events) + partial.replace(b"\n", b"")
-    splitter, held, out = _EventSplitter(), b"", []
+    splitter, held, out = EventSplitter(), b"", []
     bounds = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
     for start, stop in zip(bounds, bounds[1:], strict=False):
         held += stream[start:stop]
